@@ -1,0 +1,20 @@
+"""Shared test fixtures: where the offline data lives."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# The data sets lie beside the repository in ../shared/data (torchvision's layout); CI and
+# developers' machines have no internet, so tests never download.
+DATA_DIR = Path(os.environ.get("LIT_OTCLUST_DATA", REPO_ROOT.parent / "shared" / "data")).resolve()
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    if not (DATA_DIR / "MNIST" / "raw").is_dir():
+        pytest.skip(f"offline data not found at {DATA_DIR} (set LIT_OTCLUST_DATA to the folder holding MNIST/ and cifar-10-batches-py/)")
+    return DATA_DIR
