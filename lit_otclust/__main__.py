@@ -1,0 +1,4 @@
+from lit_otclust.cli import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""Callbacks: the phase switch of the paper's algorithm, and a per-sample prediction writer."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import BasePredictionWriter
+
+from lit_otclust.metrics import match_clusters
+
+
+class PhaseSwitch(L.Callback):
+    """Autoencoder pre-training for ``pretrain_epochs``, then k-means init of mu, then the joint loss.
+
+    With ``pretrain_epochs = 0`` this is the paper's Algorithm 2 as written: the centers are
+    initialised by k-means on the embeddings of the *untrained* encoder, before the first step.
+
+    The phase lives in this callback's ``state_dict``, so a run resumed from a checkpoint taken in
+    either phase continues where it was: the centers are initialised exactly once, and a resumed
+    joint-phase run never re-initialises them (they come from the checkpoint).
+
+    Args:
+        pretrain_epochs: epochs of reconstruction-only training before the joint phase.
+        kmeans_n_init: k-means++ restarts for the centers' initialisation.
+        seed: seeds that k-means.
+    """
+
+    def __init__(self, pretrain_epochs: int = 0, kmeans_n_init: int = 10, seed: int = 0) -> None:
+        if pretrain_epochs < 0:
+            raise ValueError(f"pretrain_epochs must be >= 0, got {pretrain_epochs}")
+        if kmeans_n_init < 1:
+            raise ValueError(f"kmeans_n_init must be >= 1, got {kmeans_n_init}")
+        self.pretrain_epochs = pretrain_epochs
+        self.kmeans_n_init = kmeans_n_init
+        self.seed = seed
+        self.phase = "pretrain"
+        self.switch_epoch: int | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"phase": self.phase, "switch_epoch": self.switch_epoch}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.phase = state_dict["phase"]
+        self.switch_epoch = state_dict["switch_epoch"]
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        for attr in ("centers", "embed", "joint"):
+            if not hasattr(pl_module, attr):
+                raise AttributeError(f"PhaseSwitch needs a module with `{attr}` (a DeepClustering); "
+                                     f"{type(pl_module).__name__} has none")
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Runs after a checkpoint's callback state is restored, so `phase` is already the resumed one.
+        pl_module.joint = self.phase == "joint"
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.phase == "pretrain" and trainer.current_epoch >= self.pretrain_epochs:
+            self.init_centers(trainer, pl_module)
+            self.phase, self.switch_epoch = "joint", trainer.current_epoch
+        pl_module.joint = self.phase == "joint"
+
+    @torch.no_grad()
+    def init_centers(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """mu <- k-means on the embeddings of all fitted samples (every rank embeds them all)."""
+        from lit_otclust.system import kmeans
+
+        was_training = pl_module.training
+        pl_module.eval()
+        x = trainer.datamodule.fit_set.x  # (N, *input_shape): the fitted samples, in memory
+        z = torch.cat([pl_module.embed(xb.to(pl_module.device)) for xb in x.split(10_000)])
+        pl_module.train(was_training)
+        if trainer.is_global_zero:
+            centers = kmeans(z, len(pl_module.centers), self.kmeans_n_init, self.seed).to(pl_module.centers)
+        else:
+            centers = torch.empty_like(pl_module.centers)
+        centers = trainer.strategy.broadcast(centers, src=0)
+        pl_module.centers.data.copy_(centers)
+
+
+class ClusterWriter(BasePredictionWriter):
+    """Writes ``predictions.csv`` (one row per sample: index, cluster, label, matched class, distance).
+
+    The matched class is each cluster's class under the Hungarian matching computed on the
+    predicted samples' labels. Under DDP each rank writes ``predictions-rank{R}.csv`` and the
+    matching is that rank's; concatenate the files for the whole set.
+
+    Args:
+        output_dir: folder for the file; the trainer's ``default_root_dir`` if None.
+    """
+
+    def __init__(self, output_dir: str | None = None) -> None:
+        super().__init__(write_interval="epoch")
+        self.output_dir = output_dir
+
+    def write_on_epoch_end(self, trainer, pl_module, predictions, batch_indices) -> None:
+        outs = predictions[0] if predictions and isinstance(predictions[0], list) else predictions
+        cols = {k: torch.cat([o[k] for o in outs]).cpu() for k in outs[0]}
+        K = len(pl_module.centers)
+        num_classes = int(max(cols["label"].max().item() + 1, K))
+        contingency = torch.zeros(K, num_classes, dtype=torch.long)
+        contingency.index_put_((cols["cluster"], cols["label"]), torch.ones_like(cols["label"]), accumulate=True)
+        matched = match_clusters(contingency)[cols["cluster"]]
+        folder = Path(self.output_dir or trainer.default_root_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        name = "predictions.csv" if trainer.world_size == 1 else f"predictions-rank{trainer.global_rank}.csv"
+        order = cols["index"].argsort()
+        with open(folder / name, "w", newline="") as fh:
+            out = csv.writer(fh)
+            out.writerow(["index", "cluster", "label", "matched_class", "distance"])
+            for i in order.tolist():
+                out.writerow([int(cols["index"][i]), int(cols["cluster"][i]), int(cols["label"][i]),
+                              int(matched[i]), f"{float(cols['distance'][i]):.6g}"])
+        self.path = folder / name

@@ -1,0 +1,98 @@
+"""The paper's autoencoders, as plain ``nn.Module``s passed to the system.
+
+Each exposes ``encoder`` (x -> z, z of shape (B, latent_dim)), ``decoder`` (z -> x_hat, the
+shape of x) and ``latent_dim``, which is all :class:`lit_otclust.system.DeepClustering` uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from math import prod
+
+from torch import Tensor, nn
+
+
+def _mlp(widths: Sequence[int], last_activation: bool) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, (w_in, w_out) in enumerate(zip(widths[:-1], widths[1:])):
+        layers.append(nn.Linear(w_in, w_out))
+        if i < len(widths) - 2 or last_activation:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class MLPAutoencoder(nn.Module):
+    """Fully connected autoencoder, ``d-500-250-p`` and its mirror (the paper's MNIST model).
+
+    The latent layer and the reconstruction are linear (no activation), as in DEC/DKM, so the
+    embedding can take any sign and the decoder can output any pixel scaling.
+
+    Args:
+        input_shape: shape of one sample; it is flattened, e.g. ``(784,)`` or ``(1, 28, 28)``.
+        hidden_dims: widths of the encoder's hidden layers; the decoder mirrors them.
+        latent_dim: p, the size of the embedding.
+    """
+
+    def __init__(self, input_shape: Sequence[int] = (784,), hidden_dims: Sequence[int] = (500, 250),
+                 latent_dim: int = 10) -> None:
+        super().__init__()
+        if latent_dim < 1 or any(h < 1 for h in hidden_dims):
+            raise ValueError(f"latent_dim and hidden_dims must be >= 1, got {latent_dim}, {list(hidden_dims)}")
+        self.input_shape = tuple(input_shape)
+        self.latent_dim = latent_dim
+        dims = [prod(self.input_shape), *hidden_dims, latent_dim]
+        self.encoder = nn.Sequential(nn.Flatten(), _mlp(dims, last_activation=False))
+        self.decoder = nn.Sequential(_mlp(dims[::-1], last_activation=False), nn.Unflatten(1, self.input_shape))
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        z = self.encoder(x)  # (B, p)
+        return z, self.decoder(z)
+
+
+class ConvAutoencoder(nn.Module):
+    """Convolutional autoencoder (the paper's CIFAR-10 model).
+
+    Encoder: three stride-2 convolutions with ``channels = (32, 64, 128)`` and
+    ``kernel_sizes = (5, 5, 3)``, ReLU, then a linear layer to ``latent_dim``. Decoder: a linear
+    layer back to the last feature map, then the mirror transposed convolutions; the last one has
+    no activation. Paddings ``k // 2`` (and output paddings) make each stride-2 layer halve or
+    double the side exactly, so 32 -> 16 -> 8 -> 4 and back.
+
+    Args:
+        input_shape: ``(C, H, W)`` with H and W divisible by ``2 ** len(channels)``.
+        channels: output channels of the encoder's convolutions.
+        kernel_sizes: their kernel sizes (odd).
+        latent_dim: p, the size of the embedding.
+    """
+
+    def __init__(self, input_shape: Sequence[int] = (3, 32, 32), channels: Sequence[int] = (32, 64, 128),
+                 kernel_sizes: Sequence[int] = (5, 5, 3), latent_dim: int = 10) -> None:
+        super().__init__()
+        if len(input_shape) != 3:
+            raise ValueError(f"ConvAutoencoder needs input_shape (C, H, W), got {tuple(input_shape)}")
+        if len(channels) != len(kernel_sizes):
+            raise ValueError(f"channels {list(channels)} and kernel_sizes {list(kernel_sizes)} differ in length")
+        c_in, h, w = input_shape
+        scale = 2 ** len(channels)
+        if h % scale or w % scale:
+            raise ValueError(f"input side {h}x{w} must be divisible by {scale} for {len(channels)} stride-2 layers")
+        self.input_shape = tuple(input_shape)
+        self.latent_dim = latent_dim
+        feat_shape = (channels[-1], h // scale, w // scale)
+
+        enc: list[nn.Module] = []
+        for c_prev, c, k in zip([c_in, *channels[:-1]], channels, kernel_sizes):
+            enc += [nn.Conv2d(c_prev, c, k, stride=2, padding=k // 2), nn.ReLU()]
+        self.encoder = nn.Sequential(*enc, nn.Flatten(), nn.Linear(prod(feat_shape), latent_dim))
+
+        dec: list[nn.Module] = [nn.Linear(latent_dim, prod(feat_shape)), nn.ReLU(), nn.Unflatten(1, feat_shape)]
+        outs = [*channels[-2::-1], c_in]
+        for i, (c_prev, c, k) in enumerate(zip(channels[::-1], outs, kernel_sizes[::-1])):
+            dec.append(nn.ConvTranspose2d(c_prev, c, k, stride=2, padding=k // 2, output_padding=1))
+            if i < len(channels) - 1:
+                dec.append(nn.ReLU())
+        self.decoder = nn.Sequential(*dec)
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        z = self.encoder(x)  # (B, p)
+        return z, self.decoder(z)

@@ -1,0 +1,291 @@
+"""The deep-clustering system: an autoencoder, K learnable centers, and the OT clustering loss.
+
+Training minimises (the paper's problem (P), Algorithm "OT-based Deep Clustering")
+
+.. math::
+    L(\\theta, \\phi, \\mu) = \\ell_r(\\theta, \\phi) + \\lambda\\, \\ell_c(\\theta, \\mu)
+
+over the encoder f_theta, decoder g_phi and centers mu (K, p), where ``l_c`` is the entropic OT
+loss between the batch embeddings (weights 1/m) and the centers (weights w), the soft k-means
+(DKM) loss, or nothing (a plain autoencoder). Phases (autoencoder pre-training, then the joint
+loss) are switched by :class:`lit_otclust.callbacks.PhaseSwitch`; this module only reads
+``self.joint``. Each point is assigned to ``argmin_k ||f(x) - mu_k||^2``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import lightning as L
+import numpy as np
+import torch
+import torch.nn.functional as F
+from sklearn.cluster import KMeans
+from torch import Tensor, nn
+
+from lit_otclust.metrics import HungarianAccuracy, hungarian_accuracy
+from lit_otclust.ot import ot_clustering_loss, soft_kmeans_loss, squared_distances
+
+Clustering = Literal["ot", "soft_kmeans", "none"]
+EVAL_SETS = ("val", "heldout")  # dataloader 0: the fitted samples; 1: the held-out test split
+
+
+def kmeans(z: Tensor, num_clusters: int, n_init: int, seed: int) -> Tensor:
+    """k-means++ with ``n_init`` restarts (sklearn), returns the centers (K, p) as float32."""
+    km = KMeans(n_clusters=num_clusters, n_init=n_init, random_state=seed, init="k-means++")
+    km.fit(z.detach().double().cpu().numpy())
+    return torch.as_tensor(km.cluster_centers_, dtype=torch.float32)
+
+
+class DeepClustering(L.LightningModule):
+    """Autoencoder + K centers trained with an entropic OT (or soft k-means) clustering loss.
+
+    Args:
+        autoencoder: a module with ``encoder``, ``decoder`` and ``latent_dim`` (see ``models.py``).
+        num_clusters: K. Linked to the data module's ``num_classes`` by the CLI.
+        clustering: ``"ot"`` (the paper's method), ``"soft_kmeans"`` (DKM, Prop. 2), or ``"none"``
+            (autoencoder only, evaluated by k-means on the embeddings: the AE + k-means baseline).
+        proportions: w, the prescribed cluster proportions (K,); uniform when None.
+        epsilon: the entropic regularisation (the paper uses 1e-2 on unnormalised distances).
+        clustering_weight: lambda in L = l_r + lambda * l_c (1 in the paper).
+        reconstruction: ``"sse"``: per-sample *sum* of squared pixel errors, averaged over the
+            batch (the paper's l_r^ae up to the 1/m of a mini-batch mean, the same averaging as
+            the OT term, whose plan carries weight 1/m per point); ``"mse"``: also averaged over
+            pixels, which shrinks l_r by the input dimension d relative to l_c.
+        gradient: ``"envelope"`` or ``"unrolled"`` (see :func:`lit_otclust.ot.ot_clustering_loss`).
+        sinkhorn_max_iter / sinkhorn_tol: the Sinkhorn stopping rule.
+        reg_m: unbalanced OT strength tau (None: balanced, the paper).
+        assignment: ``"distance"`` (the paper: argmin_k ||z - mu_k||^2) or ``"potential"``
+            (argmin_k ||z - mu_k||^2 - g_k with the cluster potential g averaged over training
+            batches, which respects the prescribed proportions). Both are always logged; this
+            picks the one behind ``val/acc``.
+        kmeans_n_init: k-means restarts, for the AE + k-means evaluation.
+        lr, lr_decay_epochs, lr_decay_gamma: Adam with step decay (the paper gives lr 1e-3 and
+            "step decay" only): lr is multiplied by gamma every ``lr_decay_epochs`` epochs.
+        seed: seeds the k-means runs.
+    """
+
+    def __init__(
+        self,
+        autoencoder: nn.Module,
+        num_clusters: int = 10,
+        clustering: Clustering = "ot",
+        proportions: list[float] | None = None,
+        epsilon: float = 1e-2,
+        clustering_weight: float = 1.0,
+        reconstruction: Literal["sse", "mse"] = "sse",
+        gradient: Literal["envelope", "unrolled"] = "envelope",
+        sinkhorn_max_iter: int = 1000,
+        sinkhorn_tol: float = 1e-5,
+        reg_m: float | None = None,
+        assignment: Literal["distance", "potential"] = "distance",
+        kmeans_n_init: int = 10,
+        lr: float = 1e-3,
+        lr_decay_epochs: int = 50,
+        lr_decay_gamma: float = 0.5,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if clustering not in ("ot", "soft_kmeans", "none"):
+            raise ValueError(f"clustering must be 'ot', 'soft_kmeans' or 'none', got {clustering!r}")
+        if reconstruction not in ("sse", "mse"):
+            raise ValueError(f"reconstruction must be 'sse' or 'mse', got {reconstruction!r}")
+        if assignment not in ("distance", "potential"):
+            raise ValueError(f"assignment must be 'distance' or 'potential', got {assignment!r}")
+        if num_clusters < 1:
+            raise ValueError(f"num_clusters must be >= 1, got {num_clusters}")
+        if proportions is not None and len(proportions) != num_clusters:
+            raise ValueError(f"proportions has {len(proportions)} entries but num_clusters is {num_clusters}")
+        self.save_hyperparameters(ignore=["autoencoder"])
+        self.autoencoder = autoencoder
+        p = autoencoder.latent_dim
+        # In the optimizer from the first step, so that its state survives any resume; the
+        # PhaseSwitch callback overwrites the values with k-means centers.
+        self.centers = nn.Parameter(torch.zeros(num_clusters, p))
+        w = torch.full((num_clusters,), 1.0 / num_clusters) if proportions is None else torch.tensor(proportions)
+        self.register_buffer("proportions", w.float())
+        # Cluster potential g: the last batch's (a warm start for the next Sinkhorn solve) and an
+        # exponential average (for the potential-based assignment). Buffers, so checkpoints hold them.
+        self.register_buffer("g_last", torch.zeros(num_clusters))
+        self.register_buffer("g_avg", torch.zeros(num_clusters))
+        self.register_buffer("g_count", torch.zeros((), dtype=torch.long))
+        # The phase, set by PhaseSwitch; a buffer so that validate/test/predict from a checkpoint
+        # (which restore the module but not the callbacks) evaluate as the run did.
+        self.register_buffer("joint_phase", torch.tensor(False))
+        self.metrics = nn.ModuleDict({
+            f"{s}_{a}": HungarianAccuracy(num_clusters, num_clusters)
+            for s in EVAL_SETS for a in ("distance", "potential")
+        })
+        # Per evaluation set: embeddings and labels (k-means evaluation), cluster sizes (otherwise).
+        self._eval_z: dict[int, list[Tensor]] = {}
+        self._eval_y: dict[int, list[Tensor]] = {}
+        self._eval_sizes: dict[int, Tensor] = {}
+
+    @property
+    def joint(self) -> bool:
+        """True in the joint phase (reconstruction + clustering), False while pre-training."""
+        return bool(self.joint_phase)
+
+    @joint.setter
+    def joint(self, value: bool) -> None:
+        self.joint_phase.fill_(value)
+
+    # ---- losses -------------------------------------------------------------------------------
+    def reconstruction_loss(self, x: Tensor, x_hat: Tensor) -> Tensor:
+        err = (x_hat - x).pow(2).flatten(1)  # (B, d)
+        return err.sum(1).mean() if self.hparams.reconstruction == "sse" else err.mean()
+
+    def clustering_loss(self, z: Tensor) -> tuple[Tensor, dict[str, float]]:
+        hp = self.hparams
+        if hp.clustering == "soft_kmeans":
+            return soft_kmeans_loss(z, self.centers, epsilon=hp.epsilon), {}
+        world = self.trainer.world_size if self._trainer is not None else 1
+        warm = self.g_last if self.g_count > 0 else None
+        loss, res = ot_clustering_loss(
+            z, self.centers, self.proportions, epsilon=hp.epsilon, gradient=hp.gradient,
+            max_iter=hp.sinkhorn_max_iter, tol=hp.sinkhorn_tol, reg_m=hp.reg_m, g_init=warm,
+            distributed=world > 1,
+        )
+        g = res.g.detach()
+        self.g_last.copy_(g)
+        g = g - g.mean()  # fix the gauge (f + c, g - c) before averaging
+        self.g_count += 1
+        rate = max(0.01, 1.0 / self.g_count.item())  # running mean, then an EMA over ~100 batches
+        self.g_avg.mul_(1 - rate).add_(rate * g)
+        # Distributed Sinkhorn returns this rank's share of the global loss; DDP averages
+        # gradients over ranks, so scale the share back up.
+        loss = loss * world
+        return loss, {"sinkhorn_iters": float(res.n_iter), "sinkhorn_error": float(res.marginal_error),
+                      "sinkhorn_converged": float(res.converged)}
+
+    def training_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int) -> Tensor:
+        x = batch[0]
+        z, x_hat = self.autoencoder(x)
+        recon = self.reconstruction_loss(x, x_hat)
+        if self.joint and self.hparams.clustering != "none":
+            clust, stats = self.clustering_loss(z)
+        else:
+            # Zero-weight use of the centers keeps DDP's every-parameter-gets-a-gradient rule.
+            clust, stats = self.centers.sum() * 0.0, {}
+        loss = recon + self.hparams.clustering_weight * clust
+        bs = x.shape[0]
+        self.log_dict({"train/loss": loss, "train/recon": recon, "train/cluster": clust},
+                      on_step=False, on_epoch=True, batch_size=bs, sync_dist=True)
+        if stats:
+            self.log_dict({f"train/{k}": v for k, v in stats.items()}, on_step=False, on_epoch=True, batch_size=bs)
+        return loss
+
+    def configure_optimizers(self):
+        opt = torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+        sched = torch.optim.lr_scheduler.StepLR(opt, self.hparams.lr_decay_epochs, self.hparams.lr_decay_gamma)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "epoch"}}
+
+    # ---- assignments --------------------------------------------------------------------------
+    @torch.no_grad()
+    def embed(self, x: Tensor) -> Tensor:
+        return self.autoencoder.encoder(x)
+
+    def assign(self, z: Tensor, rule: Literal["distance", "potential"] | None = None) -> Tensor:
+        """Cluster of each embedding, (B,): argmin_k ||z - mu_k||^2 (minus g_k for ``potential``)."""
+        cost = squared_distances(z, self.centers.detach())  # (B, K)
+        if (rule or self.hparams.assignment) == "potential":
+            cost = cost - self.g_avg
+        return cost.argmin(1)
+
+    @property
+    def uses_kmeans_eval(self) -> bool:
+        """AE + k-means evaluation: the ``none`` baseline, and every method while pre-training."""
+        return self.hparams.clustering == "none" or not self.joint
+
+    # ---- evaluation ---------------------------------------------------------------------------
+    def on_validation_epoch_start(self) -> None:
+        self._eval_z, self._eval_y, self._eval_sizes = {}, {}, {}
+
+    def validation_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        x, y, _ = batch
+        z = self.embed(x)
+        if self.uses_kmeans_eval:
+            # k-means needs every embedding at once: keep them (70k x 10 floats is 2.8 MB).
+            self._eval_z.setdefault(dataloader_idx, []).append(z.cpu())
+            self._eval_y.setdefault(dataloader_idx, []).append(y.cpu())
+            return
+        name = EVAL_SETS[dataloader_idx]
+        for rule in ("distance", "potential"):
+            self.metrics[f"{name}_{rule}"].update(self.assign(z, rule), y)
+        sizes = torch.bincount(self.assign(z), minlength=len(self.centers))
+        self._eval_sizes[dataloader_idx] = self._eval_sizes.get(dataloader_idx, 0) + sizes
+
+    def on_validation_epoch_end(self) -> None:
+        if self.uses_kmeans_eval:
+            self._log_kmeans_eval()
+            return
+        for idx, name in enumerate(EVAL_SETS):
+            if idx not in self._eval_sizes:
+                continue
+            for rule in ("distance", "potential"):
+                res = self.metrics[f"{name}_{rule}"].compute()
+                self.metrics[f"{name}_{rule}"].reset()
+                suffix = "" if rule == self.hparams.assignment else f"_{rule}"
+                self.log_dict({f"{name}/{k}{suffix}": res[k] for k in ("acc", "nmi", "ari")})
+            sizes = self.trainer.strategy.reduce(self._eval_sizes[idx].float(), reduce_op="sum")
+            self._log_sizes(name, sizes)
+
+    def _gather(self, idx: int) -> tuple[Tensor, Tensor]:
+        """All ranks' embeddings and labels of evaluation set ``idx`` (the shards differ by <= 1)."""
+        z, y = torch.cat(self._eval_z[idx]), torch.cat(self._eval_y[idx])
+        if self.trainer.world_size == 1:
+            return z, y
+        n = torch.tensor([len(y)], device=self.device)
+        counts = self.all_gather(n).flatten().tolist()
+        pad = max(counts) - len(y)
+        zg = self.all_gather(F.pad(z.to(self.device), (0, 0, 0, pad)))  # (W, max, p)
+        yg = self.all_gather(F.pad(y.to(self.device), (0, pad)))
+        return (torch.cat([zg[r, :c] for r, c in enumerate(counts)]).cpu(),
+                torch.cat([yg[r, :c] for r, c in enumerate(counts)]).cpu())
+
+    def _log_kmeans_eval(self) -> None:
+        K, hp = len(self.centers), self.hparams
+        z_fit, y_fit = self._gather(0)
+        centers = kmeans(z_fit, K, hp.kmeans_n_init, hp.seed)  # same data and seed on every rank
+        # Keep them as the model's centers, so test and predict assign by them too (the centers
+        # are not trained in this phase: they get zero gradients).
+        self.centers.data.copy_(centers.to(self.centers))
+        for idx, name in enumerate(EVAL_SETS):
+            if idx not in self._eval_z:
+                continue
+            z, y = (z_fit, y_fit) if idx == 0 else self._gather(idx)
+            pred = squared_distances(z, centers).argmin(1)
+            res = hungarian_accuracy(pred, y, K, K)
+            self.log_dict({f"{name}/{k}": res[k].to(self.device) for k in ("acc", "nmi", "ari")})
+            self._log_sizes(name, torch.bincount(pred, minlength=K).float().to(self.device))
+
+    def _log_sizes(self, name: str, sizes: Tensor) -> None:
+        """The cluster-size histogram, summarised as scalars (and as a W&B histogram if logging there)."""
+        frac = sizes / sizes.sum().clamp_min(1)
+        ent = -(frac * frac.clamp_min(1e-12).log()).sum() / np.log(len(frac))
+        self.log_dict({f"{name}/size_min": frac.min(), f"{name}/size_max": frac.max(), f"{name}/size_entropy": ent})
+        for logger in self.loggers:
+            if type(logger).__name__ == "WandbLogger" and self.trainer.is_global_zero:
+                import wandb
+
+                logger.experiment.log({f"{name}/cluster_sizes": wandb.Histogram(
+                    np_histogram=(sizes.cpu().numpy(), np.arange(len(sizes) + 1))), "epoch": self.current_epoch})
+
+    # ---- test and predict ---------------------------------------------------------------------
+    def test_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int) -> None:
+        x, y, _ = batch
+        self.metrics["heldout_distance"].update(self.assign(self.embed(x), "distance"), y)
+        self.metrics["heldout_potential"].update(self.assign(self.embed(x), "potential"), y)
+
+    def on_test_epoch_end(self) -> None:
+        for rule in ("distance", "potential"):
+            res = self.metrics[f"heldout_{rule}"].compute()
+            self.metrics[f"heldout_{rule}"].reset()
+            suffix = "" if rule == self.hparams.assignment else f"_{rule}"
+            self.log_dict({f"test/{k}{suffix}": res[k] for k in ("acc", "nmi", "ari")})
+
+    def predict_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> dict[str, Tensor]:
+        x, y, index = batch
+        z = self.embed(x)
+        return {"index": index, "cluster": self.assign(z), "label": y,
+                "distance": squared_distances(z, self.centers.detach()).min(1).values}

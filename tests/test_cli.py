@@ -1,0 +1,91 @@
+"""End to end through the CLI: fit, the phase switch, resume, validate/test/predict, W&B offline."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from lit_otclust.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+SMOKE = str(REPO / "configs" / "smoke.yaml")
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+
+
+def fit(data_dir, root, *extra):
+    return main(["fit", "--config", SMOKE, "--data.data_dir", str(data_dir),
+                 "--trainer.default_root_dir", str(root), *extra])
+
+
+def epoch_metrics(root: Path) -> dict[int, dict[str, float]]:
+    """Per-epoch rows of the newest CSV log, merged by epoch."""
+    log = sorted((root / "csv").glob("version_*/metrics.csv"))[-1]
+    rows: dict[int, dict[str, float]] = {}
+    with open(log) as fh:
+        for row in csv.DictReader(fh):
+            rows.setdefault(int(row["epoch"]), {}).update({k: float(v) for k, v in row.items() if v and k != "epoch"})
+    return rows
+
+
+def test_module_entry_point_fits_logs_and_switches_phase(data_dir, tmp_path):
+    """`python -m lit_otclust fit --config configs/smoke.yaml` as a user runs it."""
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    cmd = [sys.executable, "-m", "lit_otclust", "fit", "--config", SMOKE, "--data.data_dir", str(data_dir),
+           "--trainer.default_root_dir", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = epoch_metrics(tmp_path)
+    assert sorted(rows) == [0, 1, 2]
+    # Epoch 0 pre-trains (no Sinkhorn); the OT loss starts at the configured epoch 1.
+    assert "train/sinkhorn_iters" not in rows[0]
+    assert rows[1]["train/sinkhorn_iters"] >= 1 and rows[2]["train/sinkhorn_converged"] > 0.5
+    for epoch in rows:
+        assert 0.1 <= rows[epoch]["val/acc"] <= 1 and 0.1 <= rows[epoch]["heldout/acc"] <= 1
+    ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
+    state = next(v for k, v in ckpt["callbacks"].items() if "PhaseSwitch" in k)
+    assert state == {"phase": "joint", "switch_epoch": 1}
+    # W&B ran offline, with its run files on disk for a later `wandb sync`.
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
+
+
+@pytest.mark.parametrize("stop_epochs", [1, 2], ids=["resume-in-pretraining", "resume-in-joint-phase"])
+def test_resumed_run_equals_uninterrupted_run(data_dir, tmp_path, stop_epochs):
+    full = fit(data_dir, tmp_path / "full").trainer
+    fit(data_dir, tmp_path / "cut", "--trainer.max_epochs", str(stop_epochs))
+    resumed = fit(data_dir, tmp_path / "cut", "--ckpt_path", "last").trainer
+    assert resumed.current_epoch == full.current_epoch == 3
+    for name, p in full.lightning_module.state_dict().items():
+        torch.testing.assert_close(resumed.lightning_module.state_dict()[name], p, msg=name)
+    a, b = epoch_metrics(tmp_path / "full")[2], epoch_metrics(tmp_path / "cut")[2]
+    for key in ("val/acc", "val/nmi", "heldout/acc", "train/loss"):
+        assert a[key] == pytest.approx(b[key], abs=1e-6), key
+
+
+def test_validate_test_and_predict_from_a_checkpoint(data_dir, tmp_path):
+    fit(data_dir, tmp_path, "--trainer.logger", "false")
+    last = str(tmp_path / "checkpoints" / "last.ckpt")
+    common = ["--config", SMOKE, "--data.data_dir", str(data_dir), "--trainer.default_root_dir", str(tmp_path),
+              "--trainer.logger", "false", "--ckpt_path", last]
+    val = main(["validate", *common]).trainer.callback_metrics
+    test = main(["test", *common]).trainer.callback_metrics
+    # Two code paths over the held-out split: the validation loop and the test loop.
+    assert float(test["test/acc"]) == pytest.approx(float(val["heldout/acc"]), abs=1e-6)
+    main(["predict", *common])
+    with open(tmp_path / "predictions.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert [int(r["index"]) for r in rows] == list(range(1000))
+    # The written clusters, matched to classes, give the validation accuracy on the same samples.
+    hits = sum(r["matched_class"] == r["label"] for r in rows)
+    assert hits / len(rows) == pytest.approx(float(val["val/acc"]), abs=1e-6)
