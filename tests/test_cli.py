@@ -34,6 +34,8 @@ def epoch_metrics(root: Path) -> dict[int, dict[str, float]]:
     rows: dict[int, dict[str, float]] = {}
     with open(log) as fh:
         for row in csv.DictReader(fh):
+            if not row["epoch"]:  # the learning-rate monitor's rows carry only a step
+                continue
             rows.setdefault(int(row["epoch"]), {}).update({k: float(v) for k, v in row.items() if v and k != "epoch"})
     return rows
 

@@ -1,0 +1,242 @@
+"""Sweeps, aggregation and figures for the paper's Table 1 and Figures 1-2.
+
+    python -m lit_otclust.experiments run --out results/table1 --configs mnist_ae_kmeans mnist_ot \\
+        --seeds 0 1 2 --set trainer.max_epochs=20 --set data.init_args.data_dir=../shared/data
+    python -m lit_otclust.experiments table --out results/table1
+    python -m lit_otclust.experiments figures --out results/table1
+
+``run`` launches one ``python -m lit_otclust fit`` per (config, grid point, seed), ``jobs`` at a
+time, each pinned to ``threads`` CPU threads. A run whose result file exists is skipped, and an
+interrupted run resumes from its ``last.ckpt``, so a partly done sweep is finished by running the
+same command again. Each run leaves ``<out>/<run>.json``: its settings, the final metrics and
+the per-epoch curves (from the CSV log), so nothing depends on W&B.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+from jsonargparse import CLI
+from scipy import stats
+
+REPO = Path(__file__).resolve().parents[1]
+CURVE_KEYS = ("val/acc", "val/acc_potential", "val/nmi", "val/ari", "heldout/acc", "train/loss",
+              "train/recon", "train/cluster", "train/sinkhorn_iters", "val/size_min", "val/size_max")
+
+# Table 1 of the paper: mean, std, min, max of the accuracy over 50 runs of 200 epochs.
+PAPER = {
+    "mnist": {"kmeans": (0.513, None, None, None), "ae_kmeans": (0.801, 0.025, 0.765, 0.912),
+              "soft_kmeans": (0.810, 0.033, 0.677, 0.883), "soft_kmeans_p": (0.837, 0.032, 0.781, 0.923),
+              "ot": (0.851, 0.032, 0.771, 0.932), "ot_p": (0.846, 0.040, 0.759, 0.928)},
+    "cifar10": {"kmeans": (0.206, None, None, None), "ae_kmeans": (0.237, 0.005, 0.230, 0.259),
+                "soft_kmeans": (0.239, 0.008, 0.227, 0.257), "soft_kmeans_p": (0.243, 0.010, 0.227, 0.261),
+                "ot": (0.243, 0.007, 0.232, 0.260), "ot_p": (0.244, 0.009, 0.230, 0.266)},
+}
+METHODS = list(PAPER["mnist"])
+# The paper's Welch t-tests: (a, b) pairs it reports p-values for.
+COMPARISONS = [("ot", "soft_kmeans"), ("ot_p", "soft_kmeans_p"), ("ot_p", "ot"), ("soft_kmeans_p", "soft_kmeans")]
+
+
+def _parse_assignments(items: list[str], what: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for item in items:
+        key, sep, values = item.partition("=")
+        if not sep or not key or not values:
+            raise ValueError(f"{what} {item!r} must look like key=value{',value2' if what == '--grid' else ''}")
+        out[key] = values.split(",") if what == "--grid" else [values]
+    return out
+
+
+def _run_name(config: str, point: dict[str, str], seed: int) -> str:
+    tags = [f"{k.split('.')[-1]}={v}" for k, v in sorted(point.items())]
+    return "__".join([config, *tags, f"seed={seed}"])
+
+
+def read_curves(csv_path: Path) -> dict[int, dict[str, float]]:
+    """Per-epoch metrics of a Lightning CSV log, one dict per epoch."""
+    rows: dict[int, dict[str, float]] = defaultdict(dict)
+    with open(csv_path) as fh:
+        for row in csv.DictReader(fh):
+            if row.get("epoch"):
+                rows[int(row["epoch"])].update({k: float(v) for k, v in row.items() if v and k in CURVE_KEYS})
+    return dict(sorted(rows.items()))
+
+
+def _run_one(out: Path, config: str, point: dict[str, str], fixed: dict[str, str], seed: int, threads: int,
+             wandb: bool) -> str:
+    name = _run_name(config, point, seed)
+    result = out / f"{name}.json"
+    if result.exists():
+        return f"skip {name}"
+    root = out / "runs" / name
+    cmd = [sys.executable, "-m", "lit_otclust", "fit", "--config", str(REPO / "configs" / f"{config}.yaml"),
+           "--seed_everything", str(seed), "--trainer.default_root_dir", str(root),
+           "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
+    for key, value in {**fixed, **point}.items():
+        cmd += [f"--{key}", value]
+    if (root / "checkpoints" / "last.ckpt").exists():
+        cmd += ["--ckpt_path", "last"]  # an interrupted run continues
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+           "WANDB_MODE": os.environ.get("WANDB_MODE", "offline") if wandb else "disabled", "WANDB_SILENT": "true"}
+    start = time.time()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / "stdout.log", "a") as log:
+        proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        return f"FAILED {name} (exit {proc.returncode}; see {root / 'stdout.log'})"
+    logs = sorted((root / "csv").glob("version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[1]))
+    curves: dict[int, dict[str, float]] = {}
+    for log_file in logs:  # a resumed run writes a new version: later versions win
+        curves.update(read_curves(log_file))
+    dataset, _, method = config.partition("_")
+    record = {"name": name, "config": config, "dataset": dataset, "method": method, "seed": seed,
+              "grid": point, "fixed": fixed, "seconds": round(time.time() - start, 1),
+              "final": curves[max(curves)] if curves else {}, "curves": curves, "command": " ".join(cmd)}
+    result.write_text(json.dumps(record, indent=1) + "\n")
+    return f"done {name}: val/acc {record['final'].get('val/acc', float('nan')):.4f} in {record['seconds']:.0f}s"
+
+
+def run(out: str, configs: list[str], seeds: list[int] = [0], grid: list[str] = [], set: list[str] = [],
+        jobs: int = 1, threads: int = 1, wandb: bool = False) -> None:
+    """Run every (config, grid point, seed) that has no result file yet in ``out``.
+
+    Args:
+        out: the sweep's folder (results as ``<run>.json``; logs and checkpoints under ``runs/``).
+        configs: config names in configs/, e.g. ``mnist_ot``.
+        seeds: seeds (``seed_everything``: weights, shuffling, k-means).
+        grid: ``key=v1,v2``: one run per value (several keys: their product), e.g. ``model.epsilon=0.01,0.1``.
+        set: ``key=value``: overrides for every run, e.g. ``trainer.max_epochs=20``.
+        jobs: runs in parallel.
+        threads: CPU threads per run.
+        wandb: also log each run to W&B (offline without credentials).
+    """
+    for config in configs:
+        if not (REPO / "configs" / f"{config}.yaml").is_file():
+            raise FileNotFoundError(f"config {config!r} not found: expected configs/{config}.yaml")
+    grid_values = _parse_assignments(grid, "--grid")
+    fixed = {k: v[0] for k, v in _parse_assignments(set, "--set").items()}
+    points = [dict(zip(grid_values, combo)) for combo in itertools.product(*grid_values.values())]
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tasks = [(config, point, seed) for seed in seeds for config in configs for point in points]
+    print(f"{len(tasks)} runs in {out_dir}", flush=True)
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for line in pool.map(lambda t: _run_one(out_dir, *t, fixed, threads, wandb), tasks):
+            print(line, flush=True)
+
+
+def load(out: str | Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(Path(out).glob("*.json"))]
+
+
+def _group(records: list[dict], key: str = "val/acc") -> dict[tuple, list[float]]:
+    groups: dict[tuple, list[float]] = defaultdict(list)
+    for r in records:
+        if key in r["final"]:
+            groups[(r["dataset"], r["method"], json.dumps(r["grid"], sort_keys=True))].append(r["final"][key])
+    return groups
+
+
+def table(out: str, key: str = "val/acc", baselines: str | None = "results/kmeans_raw") -> str:
+    """Markdown: per data set and method, mean (± std) and [min, max] beside the paper, then Welch t-tests.
+
+    Args:
+        out: the sweep's folder.
+        key: the metric to tabulate (``val/acc``: accuracy on the fitted samples, the paper's).
+        baselines: a folder of ``python -m lit_otclust.baselines`` JSON outputs (k-means on pixels).
+    """
+    groups = _group(load(out), key)
+    if baselines and Path(baselines).is_dir():
+        for p in sorted(Path(baselines).glob("*.json")):
+            b = json.loads(p.read_text())
+            groups[(b["dataset"], "kmeans", "{}")].append(b["acc"])
+    lines = [f"| data | method | settings | runs | ours: mean (± std) | ours: [min, max] | paper: mean (± std) | paper: [min, max] |",
+             "|---|---|---|---|---|---|---|---|"]
+    for (ds, method, grid), accs in sorted(groups.items(), key=lambda kv: (kv[0][0], METHODS.index(kv[0][1]) if kv[0][1] in METHODS else 99, kv[0][2])):
+        a = np.array(accs)
+        pm, ps, pmin, pmax = PAPER.get(ds, {}).get(method, (None,) * 4)
+        paper_mean = "" if pm is None else f"{pm:.3f}" + ("" if ps is None else f" (± {ps:.3f})")
+        paper_range = "" if pmin is None else f"[{pmin:.3f}, {pmax:.3f}]"
+        std = f" (± {a.std(ddof=1):.3f})" if len(a) > 1 else ""
+        settings = "" if grid == "{}" else ", ".join(f"{k.split('.')[-1]}={v}" for k, v in json.loads(grid).items())
+        lines.append(f"| {ds} | {method} | {settings} | {len(a)} | {a.mean():.3f}{std} | [{a.min():.3f}, {a.max():.3f}] | {paper_mean} | {paper_range} |")
+    lines += ["", "Welch's t-test (scipy.stats.ttest_ind, equal_var=False) on the final accuracies:", "",
+              "| data | settings | a | b | mean a - mean b | p-value |", "|---|---|---|---|---|---|"]
+    for (ds, method, grid), accs in sorted(groups.items()):
+        for a_name, b_name in COMPARISONS:
+            other = groups.get((ds, b_name, grid))
+            if method == a_name and other and len(accs) > 1 and len(other) > 1:
+                t = stats.ttest_ind(accs, other, equal_var=False)
+                settings = "" if grid == "{}" else grid
+                lines.append(f"| {ds} | {settings} | {a_name} | {b_name} | {np.mean(accs) - np.mean(other):+.3f} | {t.pvalue:.3g} |")
+    text = "\n".join(lines) + "\n"
+    Path(out, "table.md").write_text(text)
+    print(text)
+    return text
+
+
+def figures(out: str, key: str = "val/acc", grid_key: str | None = None) -> list[str]:
+    """PNGs: accuracy vs epoch per method (mean over seeds, band = ± std), and, if ``grid_key`` is
+    given (e.g. ``model.epsilon``), final accuracy vs that setting per method (Figure 2 style).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = load(out)
+    written = []
+    for ds in sorted({r["dataset"] for r in records}):
+        curves: dict[str, list[list[float]]] = defaultdict(list)
+        for r in records:
+            if r["dataset"] == ds and (grid_key is None or not r["grid"]):
+                ys = [c.get(key, np.nan) for _, c in sorted(r["curves"].items(), key=lambda kv: int(kv[0]))]
+                curves[r["method"]].append(ys)
+        if curves:
+            fig, ax = plt.subplots(figsize=(6, 4))
+            for method, runs in sorted(curves.items()):
+                n = min(len(y) for y in runs)
+                y = np.array([r[:n] for r in runs])
+                mean, std = np.nanmean(y, 0), np.nanstd(y, 0)
+                ax.plot(range(n), mean, label=f"{method} ({len(runs)} runs)")
+                ax.fill_between(range(n), mean - std, mean + std, alpha=0.2)
+            ax.set(xlabel="epoch", ylabel=key, title=f"{ds}: {key} per epoch (mean ± std over seeds)")
+            ax.legend(fontsize=8)
+            fig.tight_layout()
+            path = Path(out) / f"figure1_{ds}.png"
+            fig.savefig(path, dpi=120)
+            plt.close(fig)
+            written.append(str(path))
+        if grid_key:
+            by: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+            for r in records:
+                if r["dataset"] == ds and grid_key in r["grid"] and key in r["final"]:
+                    by[r["method"]][float(r["grid"][grid_key])].append(r["final"][key])
+            fig, ax = plt.subplots(figsize=(6, 4))
+            for method, points in sorted(by.items()):
+                xs = sorted(points)
+                ax.errorbar(xs, [np.mean(points[x]) for x in xs], yerr=[np.std(points[x]) for x in xs],
+                            marker="o", capsize=3, label=method)
+            ax.set(xscale="log", xlabel=grid_key, ylabel=f"final {key}", title=f"{ds}: final {key} vs {grid_key}")
+            ax.legend(fontsize=8)
+            fig.tight_layout()
+            path = Path(out) / f"figure2_{ds}.png"
+            fig.savefig(path, dpi=120)
+            plt.close(fig)
+            written.append(str(path))
+    print("\n".join(written))
+    return written
+
+
+if __name__ == "__main__":
+    CLI([run, table, figures], as_positional=False)
