@@ -14,6 +14,7 @@ the per-epoch curves (from the CSV log), so nothing depends on W&B.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import itertools
 import json
@@ -26,7 +27,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from jsonargparse import CLI
 from scipy import stats
 
 REPO = Path(__file__).resolve().parents[1]
@@ -106,7 +106,7 @@ def _run_one(out: Path, config: str, point: dict[str, str], fixed: dict[str, str
     return f"done {name}: val/acc {record['final'].get('val/acc', float('nan')):.4f} in {record['seconds']:.0f}s"
 
 
-def run(out: str, configs: list[str], seeds: list[int] = [0], grid: list[str] = [], set: list[str] = [],
+def run(out: str, configs: list[str], seeds: list[int] = (0,), grid: list[str] = (), set: list[str] = (),  # noqa: A002
         jobs: int = 1, threads: int = 1, wandb: bool = False) -> None:
     """Run every (config, grid point, seed) that has no result file yet in ``out``.
 
@@ -131,7 +131,7 @@ def run(out: str, configs: list[str], seeds: list[int] = [0], grid: list[str] = 
     tasks = [(config, point, seed) for seed in seeds for config in configs for point in points]
     print(f"{len(tasks)} runs in {out_dir}", flush=True)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        for line in pool.map(lambda t: _run_one(out_dir, *t, fixed, threads, wandb), tasks):
+        for line in pool.map(lambda t: _run_one(out_dir, t[0], t[1], fixed, t[2], threads, wandb), tasks):
             print(line, flush=True)
 
 
@@ -238,5 +238,30 @@ def figures(out: str, key: str = "val/acc", grid_key: str | None = None) -> list
     return written
 
 
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m lit_otclust.experiments", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("run", help=run.__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--configs", nargs="+", required=True)
+    p.add_argument("--seeds", nargs="+", type=int, default=[0])
+    p.add_argument("--grid", nargs="*", default=[], metavar="KEY=V1,V2")
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
+    p.add_argument("--jobs", type=int, default=1)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--wandb", action="store_true")
+    p = sub.add_parser("table", help=table.__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--key", default="val/acc")
+    p.add_argument("--baselines", default="results/kmeans_raw")
+    p = sub.add_parser("figures", help=figures.__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--key", default="val/acc")
+    p.add_argument("--grid_key", default=None)
+    args = vars(parser.parse_args(argv))
+    {"run": run, "table": table, "figures": figures}[args.pop("command")](**args)
+
+
 if __name__ == "__main__":
-    CLI([run, table, figures], as_positional=False)
+    main()
