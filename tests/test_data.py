@@ -1,0 +1,240 @@
+"""Data modules against the real files in ../shared/data (skipped, with the reason, when absent)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torchvision
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+from lightning.pytorch.trainer.states import RunningStage
+from lightning.pytorch.utilities.data import _update_dataloader
+from torch.utils.data import DistributedSampler
+from torchvision.transforms.functional import pil_to_tensor
+
+from lit_otclust.data import CIFAR10DataModule, MNISTDataModule, stratified_indices
+
+# Official class counts (LeCun's and Krizhevsky's pages), independent of torchvision.
+MNIST_TRAIN_COUNTS = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
+MNIST_TEST_COUNTS = [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
+
+
+@pytest.fixture(scope="module")
+def mnist_all(data_dir: Path) -> MNISTDataModule:
+    module = MNISTDataModule(str(data_dir), download=False, fit_split="all")
+    module.setup("fit")
+    return module
+
+
+@pytest.fixture(scope="module")
+def cifar_train(data_dir: Path) -> CIFAR10DataModule:
+    module = CIFAR10DataModule(str(data_dir), download=False, fit_split="train")
+    module.setup("fit")
+    return module
+
+
+def test_mnist_shapes_counts_and_pixels(mnist_all: MNISTDataModule, data_dir: Path) -> None:
+    fit, heldout = mnist_all.fit_set, mnist_all.heldout_set
+    assert fit.x.shape == (70_000, 784) and fit.x.dtype == torch.float32
+    assert fit.y.shape == (70_000,) and fit.y.dtype == torch.int64
+    assert heldout.x.shape == (10_000, 784) and mnist_all.input_shape == (784,) and mnist_all.num_classes == 10
+    assert torch.bincount(fit.y[:60_000]).tolist() == MNIST_TRAIN_COUNTS
+    assert torch.bincount(heldout.y).tolist() == MNIST_TEST_COUNTS
+    # "all" puts the test split last, so the held-out loader is inside the fitted set.
+    assert torch.equal(heldout.x, fit.x[60_000:])
+    # Second code path: torchvision's per-sample PIL image.
+    reference = torchvision.datasets.MNIST(data_dir, train=False, download=False)
+    for i in (0, 1234, 9999):
+        image, label = reference[i]
+        assert torch.equal(heldout.x[i], pil_to_tensor(image).flatten().float() / 255) and heldout.y[i] == label
+    assert 0.0 <= float(fit.x.min()) and float(fit.x.max()) <= 1.0
+
+
+def test_cifar_shapes_counts_and_pixels(cifar_train: CIFAR10DataModule, data_dir: Path) -> None:
+    fit, heldout = cifar_train.fit_set, cifar_train.heldout_set
+    assert fit.x.shape == (50_000, 3, 32, 32) and fit.x.dtype == torch.float32 and fit.y.dtype == torch.int64
+    assert heldout.x.shape == (10_000, 3, 32, 32) and cifar_train.input_shape == (3, 32, 32)
+    assert torch.bincount(fit.y).tolist() == [5000] * 10
+    assert torch.bincount(heldout.y).tolist() == [1000] * 10
+    reference = torchvision.datasets.CIFAR10(data_dir, train=True, download=False)
+    for i in (0, 31_337, 49_999):  # checks the HWC -> CHW layout against PIL's
+        image, label = reference[i]
+        assert torch.equal(fit.x[i], pil_to_tensor(image).float() / 255) and fit.y[i] == label
+
+
+def test_unit_scaling_matches_official_statistics(mnist_all: MNISTDataModule, cifar_train: CIFAR10DataModule) -> None:
+    # Statistics of the training split recomputed from the files, against the published values
+    # that "standard" scaling uses.
+    train = mnist_all.fit_set.x[:60_000].double()
+    assert float(train.mean()) == pytest.approx(0.1307, abs=1e-4)
+    assert float(train.std()) == pytest.approx(0.3081, abs=1e-4)
+    x = cifar_train.fit_set.x.double()
+    torch.testing.assert_close(x.mean(dim=(0, 2, 3)), torch.tensor(CIFAR10DataModule.mean, dtype=torch.double), atol=1e-4, rtol=0)
+    torch.testing.assert_close(x.std(dim=(0, 2, 3)), torch.tensor(CIFAR10DataModule.std, dtype=torch.double), atol=1e-4, rtol=0)
+
+
+def test_standard_scaling_whitens_training_split(data_dir: Path) -> None:
+    module = MNISTDataModule(str(data_dir), download=False, fit_split="train", scaling="standard")
+    module.setup()
+    x = module.fit_set.x.double()
+    assert abs(float(x.mean())) < 1e-3 and float(x.std()) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_standard_scaling_is_per_channel_affine_map_of_unit(data_dir: Path) -> None:
+    kwargs = dict(data_dir=str(data_dir), download=False, subset=500, seed=3, fit_split="test")
+    unit, standard = CIFAR10DataModule(**kwargs), CIFAR10DataModule(scaling="standard", **kwargs)
+    unit.setup()
+    standard.setup()
+    mean = torch.tensor(CIFAR10DataModule.mean).view(3, 1, 1)
+    std = torch.tensor(CIFAR10DataModule.std).view(3, 1, 1)
+    torch.testing.assert_close(standard.fit_set.x, (unit.fit_set.x - mean) / std)
+
+
+def test_subset_is_stratified_and_reproducible(data_dir: Path) -> None:
+    def build(seed: int) -> MNISTDataModule:
+        module = MNISTDataModule(str(data_dir), download=False, subset=2005, seed=seed)
+        module.setup()
+        return module
+
+    first, again, other = build(0), build(0), build(1)
+    counts = torch.bincount(first.fit_set.y, minlength=10)
+    assert counts.sum() == 2005 and counts.max() - counts.min() <= 1
+    assert torch.equal(first.fit_set.x, again.fit_set.x) and torch.equal(first.heldout_set.y, again.heldout_set.y)
+    assert not torch.equal(first.fit_set.x, other.fit_set.x)
+    heldout_counts = torch.bincount(first.heldout_set.y, minlength=10)
+    assert heldout_counts.sum() == 2005 and heldout_counts.max() - heldout_counts.min() <= 1
+
+
+@settings(max_examples=50, deadline=None)
+@given(counts=st.lists(st.integers(0, 40), min_size=2, max_size=8), fraction=st.floats(0.01, 1.0), seed=st.integers(0, 2**31))
+def test_stratified_indices_balances_as_far_as_classes_allow(counts: list[int], fraction: float, seed: int) -> None:
+    labels = torch.repeat_interleave(torch.arange(len(counts)), torch.tensor(counts))
+    if len(labels) == 0:
+        return
+    size = max(1, round(fraction * len(labels)))
+    chosen = stratified_indices(labels, size, seed)
+    assert len(chosen) == size and len(torch.unique(chosen)) == size and torch.equal(chosen, chosen.sort().values)
+    taken = torch.bincount(labels[chosen], minlength=len(counts))
+    available = torch.tensor(counts)
+    short = taken < available  # classes that still had samples left
+    if short.any():
+        # Classes not exhausted differ by at most one, and none gets fewer than an exhausted one.
+        assert taken[short].max() - taken[short].min() <= 1
+        assert (taken[~short] <= taken[short].min() + 1).all()
+    assert torch.equal(stratified_indices(labels, size, seed), chosen)
+
+
+def test_loaders_yield_index_tuples(data_dir: Path) -> None:
+    module = MNISTDataModule(str(data_dir), download=False, subset=1000, batch_size=300, eval_batch_size=256)
+    module.setup("fit")
+    fit_x = module.fit_set.x
+    module.setup("validate")  # a second call keeps the tensors it built
+    assert module.fit_set.x is fit_x
+    train_batches = list(module.train_dataloader())
+    assert [len(b[0]) for b in train_batches] == [300, 300, 300]  # drop_last: every OT batch is full
+    seen = torch.cat([index for _, _, index in train_batches])
+    assert len(torch.unique(seen)) == 900 and not torch.equal(seen, seen.sort().values)  # shuffled, no repeats
+    for x, y, index in train_batches:
+        assert x.dtype == torch.float32 and y.dtype == torch.int64 and index.dtype == torch.int64
+        assert torch.equal(x, module.fit_set.x[index]) and torch.equal(y, module.fit_set.y[index])
+    fitted_loader, heldout_loader = module.val_dataloader()
+    for loader, dataset in ((fitted_loader, module.fit_set), (heldout_loader, module.heldout_set)):
+        x, y, index = (torch.cat(parts) for parts in zip(*loader))
+        assert torch.equal(index, torch.arange(len(dataset))) and torch.equal(x, dataset.x) and torch.equal(y, dataset.y)
+    assert torch.equal(torch.cat([b[2] for b in module.test_dataloader()]), torch.arange(len(module.heldout_set)))
+    assert torch.equal(torch.cat([b[0] for b in module.predict_dataloader()]), module.fit_set.x)
+
+
+def test_lightning_distributed_sampler_injection_keeps_batches(data_dir: Path) -> None:
+    # Lightning's DDP path rebuilds the train loader with a DistributedSampler via _update_dataloader;
+    # run that same function for both ranks of a world of 2, without processes.
+    module = MNISTDataModule(str(data_dir), download=False, subset=1200, batch_size=300)
+    module.setup()
+    loader = module.train_dataloader()
+    seen = []
+    for rank in range(2):
+        sampler = DistributedSampler(loader.dataset, num_replicas=2, rank=rank, shuffle=True, seed=0)
+        rebuilt = _update_dataloader(loader, sampler, mode=RunningStage.TRAINING)
+        batches = list(rebuilt)
+        assert [len(x) for x, _, _ in batches] == [300, 300]
+        for x, _, index in batches:
+            assert torch.equal(x, module.fit_set.x[index])
+        seen.append(torch.cat([index for _, _, index in batches]))
+    assert len(torch.unique(torch.cat(seen))) == 1200
+
+
+def _evaluate_under_ddp(rank: int, world_size: int, init_file: str, data_dir: str, out_dir: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
+    try:
+        module = MNISTDataModule(data_dir, download=False, subset=1001, eval_batch_size=100)
+        module.setup()
+        loaders = module.val_dataloader() + [module.test_dataloader(), module.predict_dataloader()]
+        assert all(isinstance(loader.sampler, UnrepeatedDistributedSampler) for loader in loaders)
+        for k, loader in enumerate(loaders):
+            index = torch.cat([index for _, _, index in loader])
+            np.save(os.path.join(out_dir, f"rank{rank}_loader{k}.npy"), index.numpy())
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.distributed
+def test_eval_loaders_count_each_sample_once_under_ddp(data_dir: Path, tmp_path: Path) -> None:
+    # 1001 samples over 2 ranks: DistributedSampler would pad one repeat; ours must not.
+    # spawn, not fork: a child forked after the parent used torch's OpenMP pool can deadlock.
+    mp.spawn(_evaluate_under_ddp, args=(2, str(tmp_path / "init"), str(data_dir), str(tmp_path)), nprocs=2, join=True)
+    for k, size in enumerate([1001, 1001, 1001, 1001]):
+        parts = [np.load(tmp_path / f"rank{rank}_loader{k}.npy") for rank in range(2)]
+        assert sorted(np.concatenate(parts).tolist()) == list(range(size))
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(fit_split="validation"), "fit_split='validation' is unknown"),
+        (dict(scaling="zscore"), "scaling='zscore' is unknown"),
+        (dict(subset=0), r"subset=0 must lie in \[1, 70000\]"),
+        (dict(subset=70_001), r"subset=70001 must lie in \[1, 70000\]"),
+        (dict(subset=60_001, fit_split="train"), r"subset=60001 must lie in \[1, 60000\]"),
+        (dict(batch_size=0), "batch_size=0 must be at least 1"),
+        (dict(eval_batch_size=0), "eval_batch_size=0 must be at least 1"),
+        (dict(subset=100, batch_size=300), "batch_size=300 exceeds the 100 fitted samples"),
+    ],
+)
+def test_bad_settings_raise_clear_errors(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        MNISTDataModule(download=False, **kwargs)
+
+
+def test_cifar_subset_bound_is_its_own() -> None:
+    with pytest.raises(ValueError, match=r"subset=60001 must lie in \[1, 60000\]"):
+        CIFAR10DataModule(download=False, subset=60_001)
+
+
+@pytest.mark.parametrize(
+    ("module_class", "expected"),
+    [(MNISTDataModule, "MNIST/raw/train-images-idx3-ubyte"), (CIFAR10DataModule, "cifar-10-batches-py/data_batch_1")],
+)
+def test_missing_files_name_folder_files_and_remedy(module_class, expected: str, tmp_path: Path) -> None:
+    module = module_class(str(tmp_path), download=False)
+    module.prepare_data()  # download=False: must not touch the network or the folder
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(FileNotFoundError) as error:
+        module.setup()
+    text = str(error.value)
+    assert str(tmp_path / module_class.folder) in text and expected in text
+    assert "set data_dir" in text.lower() and "download=True" in text
+
+
+def test_prepare_data_with_files_present_needs_no_network(data_dir: Path) -> None:
+    # download=True (the default) must not try the network when the files are already there.
+    MNISTDataModule(str(data_dir)).prepare_data()
