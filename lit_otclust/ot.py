@@ -1,0 +1,478 @@
+r"""Entropic optimal transport between a batch of embeddings and cluster centers.
+
+Section 2 of Genevay, Dulac-Arnold & Vert (2020) writes constrained k-means as the entropic OT problem
+
+.. math::
+    \min_{P \ge 0} \langle P, C \rangle + \epsilon \sum_{ik} P_{ik}(\log P_{ik} - 1)
+    \quad \text{s.t.} \quad P \mathbf{1}_K = a, \; P^\top \mathbf{1}_n = b,
+
+with :math:`C_{ik} = \|z_i - \mu_k\|^2`, :math:`a = \mathbf{1}_n / n` and :math:`b = w` the cluster
+proportions. This module solves it with a log-domain Sinkhorn (:func:`sinkhorn`), relaxes the cluster
+marginal with a KL penalty (unbalanced OT, Chizat et al. 2018, ``reg_m``), and turns it into losses
+differentiable in the embeddings and the centers (:func:`ot_clustering_loss`, :func:`soft_kmeans_loss`).
+Plain torch: no Lightning import.
+
+Potentials follow the ott-jax convention :math:`P_{ik} = \exp((f_i + g_k - C_{ik}) / \epsilon)`, in cost
+units, so :math:`\arg\max_k P_{ik} = \arg\min_k (C_{ik} - g_k)`.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import NamedTuple
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+__all__ = ["SinkhornResult", "squared_distances", "sinkhorn", "ot_clustering_loss", "soft_kmeans_loss"]
+
+# Epsilon scaling: each stage divides epsilon by this factor and runs a few iterations warm-started from
+# the previous stage, so that the last stage starts close to its fixed point (Schmitzer 2019, Sec. 3.2).
+_SCALING_FACTOR = 0.5
+_STAGE_ITERS = 3
+# The fast solver updates the row potentials from the previous plan times exp(dg / eps); beyond this
+# exponent, plan entries that underflowed could matter again, so it recomputes the log-sum-exp instead.
+_MAX_LOG_STEP = {torch.float32: 10.0, torch.float64: 30.0}
+# exp() of arguments that underflow takes ~35x longer on CPU; flooring them costs a pass but leaves
+# entries (exp(-300) or exp(-80)) that are negligible against any tolerance.
+_EXP_FLOOR = {torch.float32: -80.0, torch.float64: -300.0}
+# Column or row masses below this are too close to underflow to take their log safely.
+_TINY = {torch.float32: 1e-30, torch.float64: 1e-250}
+
+
+class SinkhornResult(NamedTuple):
+    """Output of :func:`sinkhorn`.
+
+    ``plan`` (n, K) and the potentials ``f`` (n,), ``g`` (K,) in cost units, with
+    ``plan = exp((f[:, None] + g[None, :] - cost) / epsilon)``. In the balanced problem the potentials
+    are defined up to ``f + c, g - c``; the solver returns the gauge where ``<b, g> = 0``.
+    ``n_iter`` counts Sinkhorn iterations over all epsilon stages. ``marginal_error`` is the L1 error of
+    the column (cluster) marginal, the one not enforced by the last update: the rows always sum to ``a``.
+    """
+
+    plan: Tensor
+    f: Tensor
+    g: Tensor
+    n_iter: int
+    marginal_error: float
+    converged: bool
+
+
+def squared_distances(z: Tensor, centers: Tensor) -> Tensor:
+    r""":math:`C_{ik} = \|z_i - \mu_k\|^2` for ``z`` (n, p) and ``centers`` (K, p), returned as (n, K).
+
+    Expanded as :math:`\|z\|^2 + \|\mu\|^2 - 2 z^\top \mu` to stay O(nK) in memory; the expansion can round
+    slightly below zero, hence the clamp.
+    """
+    if z.dim() != 2 or centers.dim() != 2 or z.shape[1] != centers.shape[1]:
+        raise ValueError(f"expected z (n, p) and centers (K, p), got {tuple(z.shape)} and {tuple(centers.shape)}")
+    sq = z.pow(2).sum(1, keepdim=True) + centers.pow(2).sum(1) - 2.0 * z @ centers.T  # (n, K)
+    return sq.clamp_min(0.0)
+
+
+class _Group:
+    """Reductions over the ranks that each hold some rows of the cost; no-ops in a single process."""
+
+    def __init__(self, distributed: bool) -> None:
+        self.active = distributed and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        self.world_size = dist.get_world_size() if self.active else 1
+
+    def sum(self, x: Tensor) -> Tensor:
+        if self.active:
+            x = x.clone()
+            dist.all_reduce(x, op=dist.ReduceOp.SUM)
+        return x
+
+    def max(self, x: Tensor) -> Tensor:
+        if self.active:
+            x = x.clone()
+            dist.all_reduce(x, op=dist.ReduceOp.MAX)
+        return x
+
+
+def _check_weights(w: Tensor | None, size: int, name: str, group: _Group, like: Tensor) -> Tensor:
+    """Validate weights; ``group`` is the one the weights are split over (rows), a no-op one otherwise."""
+    if w is None:
+        return torch.full((size,), 1.0 / group.sum(torch.tensor(float(size))).item(), dtype=like.dtype, device=like.device)
+    w = torch.as_tensor(w, device=like.device)
+    if w.dim() != 1 or w.shape[0] != size:
+        raise ValueError(f"`{name}` must have shape ({size},) to match the cost, got {tuple(w.shape)}")
+    if not torch.isfinite(w).all() or (w < 0).any():
+        raise ValueError(f"`{name}` must be finite and non-negative, got min {w.min().item():.3g}")
+    total = group.sum(w.detach().double().sum()).item()
+    if abs(total - 1.0) > 1e-6:
+        raise ValueError(f"`{name}` must sum to 1 (within 1e-6), got {total:.9g}")
+    return w.to(like.dtype)
+
+
+def _work_dtype(cost: Tensor, epsilon: float, tol: float, group: _Group) -> torch.dtype:
+    # An exponent (f + g - C) / eps computed in float32 is off by about spacing(max|C|) / eps, and so is
+    # every plan entry relatively: once that exceeds tol, the marginals cannot reach tol in float32.
+    if cost.dtype == torch.float64:
+        return torch.float64
+    max_abs = group.max(cost.detach().abs().max().float().reshape(1)).item()
+    spacing = torch.finfo(torch.float32).eps * max_abs
+    return torch.float64 if spacing / epsilon > tol else torch.float32
+
+
+def _epsilons(cost: Tensor, epsilon: float, scaling: bool, group: _Group) -> list[float]:
+    """Decreasing epsilon stages ending at ``epsilon``; the first is on the scale of the cost's spread."""
+    if not scaling:
+        return [epsilon]
+    spread = group.max(cost.max().reshape(1)).item() + group.max(-cost.min().reshape(1)).item()
+    stages = [epsilon]
+    while stages[-1] < spread:
+        stages.append(stages[-1] / _SCALING_FACTOR)
+    return stages[::-1]
+
+
+def _unbalanced_factor(epsilon: float, reg_m: float | None) -> float:
+    # The KL-relaxed column update is the balanced one times tau / (tau + eps) (Chizat et al. 2018, Prop. 2).
+    return 1.0 if reg_m is None or math.isinf(reg_m) else reg_m / (reg_m + epsilon)
+
+
+def _column_target(b: Tensor, g: Tensor, reg_m: float | None) -> Tensor:
+    """Column marginal at the fixed point: ``b`` when balanced, ``b * exp(-g / tau)`` when unbalanced."""
+    if reg_m is None or math.isinf(reg_m):
+        return b
+    return torch.where(b > 0, b * torch.exp(-g / reg_m), torch.zeros_like(b))
+
+
+def _sinkhorn_inplace(cost, a, b, f, g, eps, iters, reg_m, group):
+    """``iters`` log-domain Sinkhorn iterations without autograd, one exp of the (n, K) matrix each.
+
+    The buffer holds the plan P = exp((f + g - C) / eps) after a row update, so P <= a <= 1. Its column
+    sums are the column log-sum-exp shifted by the old g (nothing can overflow), and the row update then
+    needs only P @ exp(dg / eps), the row sums of the plan with the new g. Where such a shift is unsafe (a
+    mass near underflow, a large step) it falls back to the max-shifted log-sum-exp. f, g in cost units.
+    """
+    dtype = cost.dtype
+    log_a, log_b = a.log(), b.log()
+    lam = _unbalanced_factor(eps, reg_m)
+    buf = torch.empty_like(cost)  # (n, K), reused every iteration
+    ones_n, ones_k = torch.ones_like(a)[:, None], torch.ones_like(b)[None, :]
+
+    def exp_(x: Tensor) -> Tensor:
+        return x.clamp_min_(_EXP_FLOOR[dtype]).exp_()
+
+    def log_plan(f: Tensor, g: Tensor) -> Tensor:  # (f_i + g_k - C_ik) / eps into buf, one pass over C
+        return torch.addmm(cost, torch.cat([f[:, None] / eps, ones_n], 1), torch.cat([ones_k, g[None, :] / eps], 0),
+                           beta=-1.0 / eps, out=buf)
+
+    def rows_safe(f: Tensor, g: Tensor) -> Tensor:  # max-shifted row update; leaves the new plan in buf
+        shift = log_plan(f, g).amax(1, keepdim=True)  # (n, 1)
+        row = exp_(buf.sub_(shift)).sum(1)  # (n,)
+        buf.mul_((a / row)[:, None])
+        return f + eps * (log_a - row.log() - shift[:, 0])
+
+    f = rows_safe(f, g)
+    for _ in range(iters):
+        col = group.sum(buf.sum(0))  # (K,) column marginal of the current plan
+        if bool((col > _TINY[dtype]).all()):
+            g_new = lam * (eps * (log_b - col.log()) + g)
+            step = (g_new - g) / eps
+            if step.max().item() <= _MAX_LOG_STEP[dtype]:
+                row = buf @ step.exp()  # (n,) row sums of the plan with the new g
+                if bool((row > _TINY[dtype]).all()):
+                    g, f = g_new, f + eps * (log_a - row.log())
+                    exp_(log_plan(f, g))
+                    continue
+        else:  # column log-sum-exp of (f - C) / eps, max-shifted and reduced over ranks
+            shift = group.max(log_plan(f, g).amax(0))  # (K,)
+            lse = group.sum(exp_(buf.sub_(shift)).sum(0)).log() + shift - g / eps
+            g_new = lam * eps * (log_b - lse)
+        g = g_new
+        f = rows_safe(f, g)
+    return f, g
+
+
+def _sinkhorn_autograd(cost, a, b, f, g, eps, iters, reg_m):
+    """The iterations of :func:`_sinkhorn_inplace` with plain log-sum-exp, so autograd can unroll them."""
+    log_a, log_b = a.log(), b.log()
+    lam = _unbalanced_factor(eps, reg_m)
+    f = eps * (log_a - torch.logsumexp((g[None, :] - cost) / eps, 1))
+    for _ in range(iters):
+        g = lam * eps * (log_b - torch.logsumexp((f[:, None] - cost) / eps, 0))
+        f = eps * (log_a - torch.logsumexp((g[None, :] - cost) / eps, 1))
+    return f, g
+
+
+def _newton(cost, a, b, g, eps, max_steps, tol, reg_m, group):
+    r"""Maximise the semi-dual :math:`F(g) = \langle a, f(g) \rangle + \langle b, g \rangle` over g alone.
+
+    :math:`f(g)` is Sinkhorn's exact row update, so every iterate's plan has rows ``a``;
+    :math:`\nabla F = b - q` with q the plan's column sums, and :math:`-\epsilon\nabla^2 F = \mathrm{diag}(q) -
+    P^\top \mathrm{diag}(1/a) P`, a (K, K) graph Laplacian. Sinkhorn's column update is a diagonal
+    approximation of this Newton step, which is why it crawls at small epsilon (thousands of iterations
+    at the paper's eps = 1e-2) where Newton takes a handful (Brauer et al. 2017, "A Sinkhorn-Newton method").
+    Unbalanced: :math:`F` gets :math:`-\tau\langle b, e^{-g/\tau} - 1\rangle` instead of :math:`\langle b, g\rangle`.
+    Levenberg-Marquardt damping keeps each step an ascent step (and fixes the Laplacian's null direction, the
+    gauge). Out-of-place torch, so autograd can differentiate it; reductions go over ranks.
+    """
+    log_a = a.log()
+    balanced = reg_m is None or math.isinf(reg_m)
+    floor = _EXP_FLOOR[cost.dtype]
+
+    def evaluate(g: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, float]:
+        log_kernel = (g[None, :] - cost) / eps  # (n, K)
+        shift = log_kernel.detach().amax(1, keepdim=True)  # (n, 1)
+        kernel = torch.exp((log_kernel - shift).clamp_min(floor))  # floor: see _EXP_FLOOR
+        row = kernel.sum(1)  # (n,)
+        f = eps * (log_a - row.log() - shift[:, 0])
+        plan = kernel * (a / row)[:, None]  # (n, K), rows sum to a
+        dual = (b * g).sum() if balanced else -reg_m * (b * torch.expm1(-g / reg_m)).sum()
+        value = group.sum((a * f).sum().detach()).item() + dual.item()
+        grad = _column_target(b, g, reg_m) - group.sum(plan.sum(0))  # (K,) ascent direction
+        return f, plan, g, grad, value
+
+    f, plan, g, grad, value = evaluate(g)
+    damping, steps = 1e-6, 0
+    while steps < max_steps:
+        err = grad.detach().abs().sum().item()
+        if err < tol:
+            break
+        steps += 1
+        q = group.sum(plan.sum(0))
+        hess = torch.diag(q) - group.sum(plan.T @ (plan / a[:, None]))  # (K, K), PSD
+        if not balanced:
+            hess = hess + torch.diag(eps / reg_m * _column_target(b, g, reg_m))
+        eye = torch.eye(len(q), dtype=q.dtype, device=q.device) * q.detach().max()
+        while True:
+            chol, info = torch.linalg.cholesky_ex(hess + damping * eye)
+            if info.item() == 0:
+                direction = eps * torch.cholesky_solve(grad[:, None], chol)[:, 0]  # (K,)
+                trial = evaluate(g + direction)
+                slope = (grad * direction).sum().item()
+                new_err = trial[3].detach().abs().sum().item()
+                # Near the optimum F changes below its rounding, so a drop of the marginal error with F
+                # level (up to rounding) also counts as progress.
+                rounding = 1e-13 * (1.0 + abs(value))
+                if trial[4] >= value + 1e-4 * slope or (new_err < err and trial[4] >= value - rounding):
+                    f, plan, g, grad, value = trial
+                    damping = max(damping / 10.0, 1e-12)
+                    break
+            damping *= 10.0
+            if damping > 1e12:  # no ascent step left at this precision: report the error reached
+                return plan, f, g, steps, err
+    return plan, f, g, steps, grad.detach().abs().sum().item()
+
+
+def _solve(cost, a, b, f, g, epsilons, max_iter, tol, check_every, reg_m, group, differentiable):
+    """Sinkhorn through the epsilon stages (``check_every`` iterations at the target), then Newton steps."""
+    n_iter = 0
+    for stage, eps in enumerate(epsilons):
+        iters = min(check_every if stage == len(epsilons) - 1 else _STAGE_ITERS, max_iter - n_iter)
+        if differentiable:
+            f, g = _sinkhorn_autograd(cost, a, b, f, g, eps, iters, reg_m)
+        else:
+            f, g = _sinkhorn_inplace(cost, a, b, f, g, eps, iters, reg_m, group)
+        n_iter += iters
+    plan, f, g, steps, err = _newton(cost, a, b, g, epsilons[-1], max_iter - n_iter, tol, reg_m, group)
+    return plan, f, g, n_iter + steps, err
+
+
+def sinkhorn(
+    cost: Tensor,
+    a: Tensor | None = None,
+    b: Tensor | None = None,
+    *,
+    epsilon: float,
+    max_iter: int = 1000,
+    tol: float = 1e-6,
+    check_every: int = 10,
+    reg_m: float | None = None,
+    f_init: Tensor | None = None,
+    g_init: Tensor | None = None,
+    epsilon_scaling: bool = True,
+    distributed: bool = False,
+    warn: bool = True,
+) -> SinkhornResult:
+    r"""Entropic OT plan between weights ``a`` on the rows and ``b`` on the columns of ``cost``.
+
+    .. math::
+        \min_{P \ge 0} \langle P, C \rangle + \epsilon \sum_{ik} P_{ik}(\log P_{ik} - 1)
+        + \tau \, \mathrm{KL}(P^\top \mathbf{1}_n \,|\, b)
+        \quad \text{s.t.} \quad P \mathbf{1}_K = a
+
+    and, when balanced (:math:`\tau = \infty`, ``reg_m=None``), :math:`P^\top \mathbf{1}_n = b`. The plan is
+    :math:`P_{ik} = \exp((f_i + g_k - C_{ik}) / \epsilon)` and Sinkhorn alternates
+    :math:`g \leftarrow \frac{\tau}{\tau + \epsilon}\,\epsilon(\log b - \mathrm{LSE}_i((f_i - C_{ik}) / \epsilon))` and
+    :math:`f \leftarrow \epsilon(\log a - \mathrm{LSE}_k((g_k - C_{ik}) / \epsilon))` (Cuturi 2013; Chizat et al.
+    2018 for the factor). :math:`\tau \to 0` gives :math:`g = 0`, the row-softmax plan of the paper's
+    Proposition 2.
+
+    Numerics: log-domain updates, so any cost scale and epsilon work. Float32 resolves a cost only to
+    about 1.2e-7 * max|C|, which makes every plan entry relatively wrong by that over epsilon; when this
+    exceeds ``tol`` the solve runs in float64 internally, and results come back in ``cost``'s dtype.
+
+    Speed at small epsilon: without a warm start, epsilon scaling starts at the cost's spread and halves
+    towards ``epsilon``, a few Sinkhorn iterations per stage. At the target, ``check_every`` Sinkhorn
+    iterations are followed by damped Newton steps on g (see :func:`_newton`), each of which checks the
+    error against ``tol``: Sinkhorn alone needs thousands of iterations at the paper's eps = 1e-2, these
+    a handful. Rows are always enforced exactly.
+
+    Args:
+        cost: (n, K) cost, finite. With ``distributed``, this rank's rows of the global cost.
+        a: (n,) row weights, non-negative; default uniform ``1/N`` over the global number of rows.
+        b: (K,) column weights (cluster proportions), non-negative, summing to 1; default ``1/K``.
+        epsilon: entropic regularisation, > 0, in cost units.
+        max_iter: cap on Sinkhorn iterations plus Newton steps, all stages together.
+        tol: target L1 error of the column marginal (of its fixed point ``b * exp(-g / tau)`` if unbalanced).
+        check_every: Sinkhorn iterations at the target epsilon before the first error check.
+        reg_m: unbalanced strength tau of the KL penalty on the column marginal; None for balanced.
+        f_init, g_init: warm-start potentials (n,), (K,) in cost units, e.g. the previous batch's ``g``;
+            any constant shift of a balanced ``g`` is fine. A warm start turns epsilon scaling off.
+        epsilon_scaling: anneal epsilon from the cost's spread (ignored with a warm start).
+        distributed: if torch.distributed is initialised with several processes, each holds its own rows;
+            column updates and the error are reduced over ranks, so each rank gets its rows of the plan
+            a single process would compute on the concatenated cost, and the same ``g``.
+        warn: emit a ``RuntimeWarning`` if the tolerance is not reached.
+
+    Returns:
+        :class:`SinkhornResult`; differentiable (unrolled) if ``cost`` requires grad and grad is enabled.
+
+    Raises:
+        ValueError: bad shapes, a non-finite cost, ``epsilon <= 0``, weights of the wrong length,
+            negative, or not summing to 1 within 1e-6.
+
+    Example:
+        >>> cost = torch.tensor([[0.0, 1.0], [1.0, 0.0]])
+        >>> sinkhorn(cost, epsilon=0.1).plan.round(decimals=3)
+        tensor([[0.5000, 0.0000],
+                [0.0000, 0.5000]])
+    """
+    if cost.dim() != 2 or not cost.is_floating_point():
+        raise ValueError(f"`cost` must be a 2-D floating tensor, got shape {tuple(cost.shape)} and {cost.dtype}")
+    if not torch.isfinite(cost).all():
+        raise ValueError("`cost` contains NaN or Inf")
+    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"`epsilon` must be a finite number > 0, got {epsilon!r}")
+    if reg_m is not None and not reg_m > 0:
+        raise ValueError(f"`reg_m` must be > 0 (or None for balanced OT), got {reg_m!r}")
+    if max_iter < 1 or check_every < 1 or not tol > 0:
+        raise ValueError(f"need max_iter >= 1, check_every >= 1, tol > 0; got {max_iter}, {check_every}, {tol}")
+    group = _Group(distributed)
+    differentiable = torch.is_grad_enabled() and cost.requires_grad
+    if differentiable and group.active:
+        raise ValueError("unrolled gradients need the whole batch in one process; detach the cost "
+                         "(or use gradient='envelope') with distributed=True")
+    n, k = cost.shape
+    a = _check_weights(a, n, "a", group, cost)
+    b = _check_weights(b, k, "b", _Group(False), cost)  # every rank holds all of b
+    n_total = int(group.sum(torch.tensor(float(n))).item())
+    if n_total < k:
+        warnings.warn(f"fewer points ({n_total}) than clusters ({k}): some clusters must share points",
+                      RuntimeWarning, stacklevel=2)
+
+    dtype = _work_dtype(cost, epsilon, tol, group)
+    # Zero weights would put log(0) in the updates: solve on the support, pad with zero mass.
+    rows, cols = torch.nonzero(a > 0)[:, 0], torch.nonzero(b > 0)[:, 0]
+    work = cost.to(dtype)[rows][:, cols]  # (n', K')
+    a_s, b_s = a.detach().to(dtype)[rows], b.detach().to(dtype)[cols]
+    f0 = work.new_zeros(len(rows)) if f_init is None else f_init.detach().to(dtype)[rows]
+    g0 = work.new_zeros(len(cols)) if g_init is None else g_init.detach().to(dtype)[cols]
+    warm = f_init is not None or g_init is not None
+    epsilons = _epsilons(work.detach(), epsilon, epsilon_scaling and not warm, group)
+    with torch.set_grad_enabled(differentiable):
+        plan, f, g, n_iter, err = _solve(work, a_s, b_s, f0, g0, epsilons, max_iter, tol, check_every, reg_m,
+                                         group, differentiable)
+    if reg_m is None or math.isinf(reg_m):
+        shift = (b_s * g).sum()  # gauge: <b, g> = 0, so that g is comparable across batches
+        f, g = f + shift, g - shift
+    converged = err < tol
+    if warn and not converged:
+        warnings.warn(
+            f"Sinkhorn did not converge: column marginal error {err:.3g} > tol {tol:g} after {n_iter} "
+            f"iterations (epsilon={epsilon:g}, max_iter={max_iter}, cost max {cost.max().item():.3g}); "
+            "raise max_iter or epsilon, or loosen tol.", RuntimeWarning, stacklevel=2)
+    if len(rows) < n or len(cols) < k:
+        plan = plan.new_zeros(n, k).index_put((rows[:, None], cols[None, :]), plan)
+        f = f.new_full((n,), -math.inf).index_put((rows,), f)
+        g = g.new_full((k,), -math.inf).index_put((cols,), g)
+    out = cost.dtype
+    return SinkhornResult(plan.to(out), f.to(out), g.to(out), n_iter, err, converged)
+
+
+def _objective(plan: Tensor, log_plan: Tensor, cost: Tensor, epsilon: float) -> Tensor:
+    r""":math:`\sum_{ik} C_{ik}P_{ik} + \epsilon P_{ik}(\log P_{ik} - 1)`, the paper's (OT_eps), summed."""
+    entropy = plan * (torch.where(plan > 0, log_plan, torch.zeros_like(log_plan)) - 1.0)  # 0 log 0 = 0
+    return (cost * plan).sum() + epsilon * entropy.sum()
+
+
+def ot_clustering_loss(
+    z: Tensor,
+    centers: Tensor,
+    proportions: Tensor | None = None,
+    *,
+    epsilon: float,
+    gradient: str = "envelope",
+    max_iter: int = 1000,
+    tol: float = 1e-6,
+    reg_m: float | None = None,
+    g_init: Tensor | None = None,
+    distributed: bool = False,
+) -> tuple[Tensor, SinkhornResult]:
+    r"""The paper's clustering loss :math:`\ell_c^{OT_\epsilon}`, the value of (OT_eps) at the Sinkhorn plan.
+
+    .. math::
+        \ell = \sum_{ik} \|z_i - \mu_k\|^2 P^*_{ik} + \epsilon P^*_{ik}(\log P^*_{ik} - 1)
+        \; [+ \tau \, \mathrm{KL}(P^{*\top}\mathbf{1}_n \,|\, w)]
+
+    with :math:`P^*` from :func:`sinkhorn` between :math:`a = \mathbf{1}_n / n` and :math:`b = w`; rows sum
+    to 1/n, so the loss is on the scale of a per-sample mean squared distance.
+
+    Args:
+        z: (n, p) embeddings. centers: (K, p) cluster centers :math:`\mu`.
+        proportions: (K,) cluster proportions w, summing to 1; default uniform.
+        epsilon, max_iter, tol, reg_m, g_init, distributed: as in :func:`sinkhorn`.
+        gradient: ``"envelope"`` (default) solves without autograd and differentiates the objective with
+            the plan held fixed, exact at the optimum by Danskin's theorem: :math:`\partial\ell/\partial C = P^*`.
+            ``"unrolled"`` backpropagates through the iterations, as in the paper (single process only).
+
+    Returns:
+        The scalar loss (with ``distributed``: this rank's share, summing over ranks to the global loss)
+        and the :class:`SinkhornResult`, with the plan detached.
+    """
+    if gradient not in ("envelope", "unrolled"):
+        raise ValueError(f"`gradient` must be 'envelope' or 'unrolled', got {gradient!r}")
+    cost = squared_distances(z, centers)  # (n, K)
+    solve = dict(epsilon=epsilon, max_iter=max_iter, tol=tol, reg_m=reg_m, g_init=g_init, distributed=distributed)
+    if gradient == "unrolled":
+        if distributed and _Group(True).active:
+            raise ValueError("gradient='unrolled' is not supported with distributed=True; use 'envelope'")
+        res = sinkhorn(cost, None, proportions, **solve)
+        plan = res.plan
+        log_plan = (res.f[:, None] + res.g[None, :] - cost) / epsilon
+    else:
+        res = sinkhorn(cost.detach(), None, proportions, **solve)
+        plan = res.plan
+        log_plan = (res.f[:, None] + res.g[None, :] - cost.detach()) / epsilon
+    loss = _objective(plan, log_plan, cost, epsilon)
+    if reg_m is not None and not math.isinf(reg_m):
+        group = _Group(distributed)
+        b = plan.new_full((cost.shape[1],), 1.0 / cost.shape[1]) if proportions is None else proportions.to(plan)
+        col = group.sum(plan.sum(0)) if not plan.requires_grad else plan.sum(0)  # (K,)
+        kl = (torch.xlogy(col, col) - torch.xlogy(col, b) - col + b).sum()
+        loss = loss + reg_m * kl / group.world_size  # each rank adds its share of this global term
+    detached = res._replace(plan=res.plan.detach(), f=res.f.detach(), g=res.g.detach())
+    return loss, detached
+
+
+def soft_kmeans_loss(z: Tensor, centers: Tensor, *, epsilon: float) -> Tensor:
+    r"""The one-marginal objective of Proposition 2 (the DKM loss of Fard et al.), at its optimum.
+
+    Without the cluster-size constraint the optimal plan is :math:`P^*_{ik} = \mathrm{softmax}_k(-C_{ik}/\epsilon)/n`
+    and the objective :math:`\sum_{ik} C_{ik}P^*_{ik} + \epsilon P^*_{ik}(\log P^*_{ik} - 1)` equals
+
+    .. math::
+        -\frac{\epsilon}{n} \sum_i \mathrm{LSE}_k(-C_{ik}/\epsilon) - \epsilon(1 + \log n),
+
+    a soft minimum of the squared distances. ``z`` (n, p), ``centers`` (K, p); returns a scalar.
+    """
+    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"`epsilon` must be a finite number > 0, got {epsilon!r}")
+    cost = squared_distances(z, centers)  # (n, K)
+    n = cost.shape[0]
+    return -epsilon * torch.logsumexp(-cost / epsilon, 1).mean() - epsilon * (1.0 + math.log(n))

@@ -1,0 +1,255 @@
+"""The OT core against POT, closed forms, autograd and properties of the plan."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import ot as pot
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lit_otclust.ot import ot_clustering_loss, sinkhorn, soft_kmeans_loss, squared_distances
+
+
+def _problem(n: int, k: int, seed: int, dtype=torch.float64, p: int = 4):
+    gen = torch.Generator().manual_seed(seed)
+    z = torch.randn(n, p, generator=gen, dtype=dtype)
+    centers = torch.randn(k, p, generator=gen, dtype=dtype)
+    a = torch.rand(n, generator=gen, dtype=dtype) + 0.2
+    b = torch.rand(k, generator=gen, dtype=dtype) + 0.2
+    return z, centers, a / a.sum(), b / b.sum()
+
+
+def _l1(x: torch.Tensor, y: torch.Tensor) -> float:
+    return (x.double() - y.double()).abs().sum().item()
+
+
+def test_squared_distances_match_cdist():
+    z, centers, _, _ = _problem(20, 5, 0)
+    assert torch.allclose(squared_distances(z, centers), torch.cdist(z, centers) ** 2, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed,epsilon", [(0, 2.0), (1, 0.3), (2, 0.05)])
+def test_plan_matches_pot_log_sinkhorn(seed, epsilon):
+    z, centers, a, b = _problem(40, 6, seed)
+    cost = squared_distances(z, centers)
+    ours = sinkhorn(cost, a, b, epsilon=epsilon, tol=1e-12)
+    ref = pot.sinkhorn(a, b, cost, epsilon, method="sinkhorn_log", stopThr=1e-13, numItermax=100_000)
+    assert ours.converged
+    assert (ours.plan - ref).abs().max().item() < 1e-6
+    # The potentials describe the same plan (ott-jax convention).
+    rebuilt = torch.exp((ours.f[:, None] + ours.g[None, :] - cost) / epsilon)
+    assert torch.allclose(rebuilt, ours.plan, atol=1e-12)
+
+
+def test_transport_cost_tends_to_emd():
+    z, centers, a, b = _problem(60, 5, 3)
+    cost = squared_distances(z, centers)
+    exact = float(pot.emd2(a.numpy(), b.numpy(), cost.numpy()))
+    gaps = [(sinkhorn(cost, a, b, epsilon=eps).plan * cost).sum().item() - exact for eps in (1.0, 0.1, 0.01, 0.001)]
+    assert all(gap >= -1e-9 for gap in gaps)  # the entropic plan is feasible, so never below the optimum
+    assert gaps == sorted(gaps, reverse=True) and gaps[-1] < 1e-2 * gaps[0] and gaps[-1] < 1e-3
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    log_eps=st.floats(-4, 2),
+    log_scale=st.floats(-3, 4),
+    n=st.integers(2, 30),
+    k=st.integers(2, 8),
+    seed=st.integers(0, 10_000),
+    scaling=st.booleans(),
+)
+def test_plan_is_finite_with_marginals_within_tol_in_float32(log_eps, log_scale, n, k, seed, scaling):
+    z, centers, a, b = _problem(n, k, seed, dtype=torch.float32)
+    cost = squared_distances(z, centers) * 10.0**log_scale
+    tol = 1e-6
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="Sinkhorn did not converge")
+        warnings.filterwarnings("ignore", message="fewer points")  # expected when n < k, tested below
+        res = sinkhorn(cost, a, b, epsilon=10.0**log_eps, tol=tol, epsilon_scaling=scaling)
+    assert res.plan.dtype == torch.float32 and torch.isfinite(res.plan).all()
+    assert torch.isfinite(res.f).all() and torch.isfinite(res.g).all()
+    assert res.converged and res.marginal_error < tol
+    # float32 rounding of the returned plan adds about 1e-7 relative to each marginal.
+    assert _l1(res.plan.sum(1), a) < tol + 1e-6
+    assert _l1(res.plan.sum(0), b) < tol + 1e-6
+
+
+def test_float32_input_computes_in_float64_when_needed():
+    z, centers, a, b = _problem(50, 5, 4, dtype=torch.float32)
+    cost = squared_distances(z, centers) * 1e3  # float32 spacing ~1e-4 here, far above epsilon
+    res = sinkhorn(cost, a, b, epsilon=1e-4)
+    ref = sinkhorn(cost.double(), a.double(), b.double(), epsilon=1e-4)
+    assert res.plan.dtype == torch.float32 and res.converged
+    assert (res.plan.double() - ref.plan).abs().max().item() < 1e-6
+
+
+def test_warm_start_and_gauge():
+    z, centers, a, b = _problem(200, 8, 5)
+    cost = squared_distances(z, centers)
+    cold = sinkhorn(cost, a, b, epsilon=0.01)
+    assert abs((b * cold.g).sum().item()) < 1e-12  # documented gauge <b, g> = 0
+    nudged = squared_distances(z + 0.01 * torch.randn_like(z), centers)
+    ref = sinkhorn(nudged, a, b, epsilon=0.01)
+    warm = sinkhorn(nudged, a, b, epsilon=0.01, g_init=cold.g + 3.0)  # any constant shift of g is fine
+    assert warm.converged and warm.n_iter < ref.n_iter
+    assert (warm.plan - ref.plan).abs().max().item() < 1e-6
+
+
+def test_zero_proportion_gives_an_empty_cluster():
+    z, centers, a, _ = _problem(30, 4, 6)
+    b = torch.tensor([0.5, 0.0, 0.25, 0.25], dtype=torch.float64)
+    res = sinkhorn(squared_distances(z, centers), a, b, epsilon=0.1)
+    assert res.converged and torch.isfinite(res.plan).all()
+    assert res.plan[:, 1].abs().max().item() == 0.0 and res.g[1].item() == -math.inf
+    assert _l1(res.plan.sum(0), b) < 1e-6
+
+
+def test_soft_kmeans_loss_is_the_objective_at_the_closed_form_plan():
+    z, centers, _, _ = _problem(25, 4, 7)
+    eps = 0.3
+    cost = squared_distances(z, centers)
+    n = cost.shape[0]
+    plan = torch.softmax(-cost / eps, 1) / n  # Proposition 2
+    objective = (cost * plan).sum() + eps * (plan * (plan.log() - 1)).sum()
+    assert torch.allclose(soft_kmeans_loss(z, centers, epsilon=eps), objective, atol=1e-12)
+    # ... and that plan is optimal: no feasible perturbation (rows kept at 1/n) lowers the objective.
+    perturbed = plan * torch.exp(0.01 * torch.randn_like(plan))
+    perturbed = perturbed / perturbed.sum(1, keepdim=True) / n
+    assert ((cost * perturbed).sum() + eps * (perturbed * (perturbed.log() - 1)).sum()).item() > objective.item()
+
+
+def test_unbalanced_limits():
+    z, centers, a, b = _problem(40, 5, 8)
+    cost = squared_distances(z, centers)
+    eps = 0.2
+    balanced = sinkhorn(cost, a, b, epsilon=eps, tol=1e-10)
+    loose = sinkhorn(cost, a, b, epsilon=eps, reg_m=1e-7, tol=1e-10)
+    tight = sinkhorn(cost, a, b, epsilon=eps, reg_m=1e7, tol=1e-10)
+    one_marginal = torch.softmax(-cost / eps, 1) * a[:, None]
+    assert (loose.plan - one_marginal).abs().max().item() < 1e-6
+    assert (tight.plan - balanced.plan).abs().max().item() < 1e-5
+    middle = sinkhorn(cost, a, b, epsilon=eps, reg_m=1.0, tol=1e-10)
+    # In between, the cluster marginal sits between the free one and b.
+    assert _l1(middle.plan.sum(0), b) < _l1(one_marginal.sum(0), b)
+    assert _l1(middle.plan.sum(1), a) < 1e-12
+
+
+@pytest.mark.parametrize("reg_m", [None, 2.0])
+def test_envelope_and_unrolled_gradients_agree(reg_m):
+    z, centers, _, b = _problem(50, 5, 9)
+    grads = {}
+    for mode in ("envelope", "unrolled"):
+        zz, cc = z.clone().requires_grad_(), centers.clone().requires_grad_()
+        loss, res = ot_clustering_loss(zz, cc, b, epsilon=0.05, gradient=mode, tol=1e-12, reg_m=reg_m)
+        assert res.converged and not res.plan.requires_grad
+        loss.backward()
+        grads[mode] = (loss.detach(), zz.grad, cc.grad)
+    for env, unr in zip(grads["envelope"], grads["unrolled"]):
+        assert torch.allclose(env, unr, rtol=1e-4, atol=1e-10)
+
+
+@pytest.mark.parametrize("mode", ["envelope", "unrolled"])
+def test_gradcheck(mode):
+    z, centers, _, b = _problem(6, 3, 10, p=2)
+    z.requires_grad_()
+    centers.requires_grad_()
+
+    def loss(z, centers):
+        return ot_clustering_loss(z, centers, b, epsilon=0.5, gradient=mode, tol=1e-13)[0]
+
+    assert torch.autograd.gradcheck(loss, (z, centers))
+
+
+def test_loss_value_is_the_paper_objective_on_a_mean_squared_distance_scale():
+    z, centers, _, b = _problem(30, 4, 11)
+    loss, res = ot_clustering_loss(z, centers, b, epsilon=1e3)
+    # Large epsilon: P -> a b^T, so the transport term is (1/n) sum_ik w_k ||z_i - mu_k||^2 (Prop. 1).
+    transport = (squared_distances(z, centers) * res.plan).sum()
+    prop1 = (squared_distances(z, centers) * b).sum(1).mean()
+    assert torch.allclose(transport, prop1, rtol=1e-3)
+    entropy = (res.plan * (res.plan.log() - 1)).sum()
+    assert torch.allclose(loss, transport + 1e3 * entropy, rtol=1e-12)
+
+
+@pytest.mark.parametrize("which", ["ot_envelope", "ot_unrolled", "soft_kmeans"])
+def test_sgd_steps_lower_the_loss(which):
+    z0, centers0, _, _ = _problem(64, 4, 12)
+    z, centers = z0.clone().requires_grad_(), centers0.clone().requires_grad_()
+    opt = torch.optim.SGD([z, centers], lr=0.5)
+
+    def loss_fn():
+        if which == "soft_kmeans":
+            return soft_kmeans_loss(z, centers, epsilon=0.1)
+        return ot_clustering_loss(z, centers, epsilon=0.1, gradient=which.split("_")[1])[0]
+
+    losses = []
+    for _ in range(5):
+        opt.zero_grad()
+        loss = loss_fn()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert all(later < earlier for earlier, later in zip(losses, losses[1:]))
+
+
+def test_bad_inputs_raise():
+    z, centers, _, b = _problem(10, 3, 13)
+    cost = squared_distances(z, centers)
+    with pytest.raises(ValueError, match="shape"):
+        ot_clustering_loss(z, centers, b[:2], epsilon=0.1)
+    with pytest.raises(ValueError, match="non-negative"):
+        sinkhorn(cost, b=torch.tensor([1.5, -0.25, -0.25], dtype=torch.float64), epsilon=0.1)
+    with pytest.raises(ValueError, match="sum to 1"):
+        sinkhorn(cost, b=torch.tensor([0.5, 0.3, 0.3], dtype=torch.float64), epsilon=0.1)
+    for eps in (0.0, -1.0, math.nan):
+        with pytest.raises(ValueError, match="epsilon"):
+            sinkhorn(cost, epsilon=eps)
+    with pytest.raises(ValueError, match="NaN"):
+        sinkhorn(torch.where(cost > 1, math.nan, cost), epsilon=0.1)
+    with pytest.raises(ValueError, match="gradient"):
+        ot_clustering_loss(z, centers, epsilon=0.1, gradient="implicit")
+
+
+def test_warnings_for_few_points_and_no_convergence():
+    z, centers, _, _ = _problem(3, 5, 14)
+    with pytest.warns(RuntimeWarning, match="fewer points"):
+        sinkhorn(squared_distances(z, centers), epsilon=0.1)
+    z, centers, _, _ = _problem(100, 5, 15)
+    with pytest.warns(RuntimeWarning, match=r"did not converge.*after 2 iterations.*epsilon=0.001") as record:
+        res = sinkhorn(squared_distances(z, centers), epsilon=1e-3, max_iter=2, epsilon_scaling=False)
+    assert not res.converged and res.n_iter == 2 and f"{res.marginal_error:.3g}" in str(record[0].message)
+
+
+def _distributed_worker(rank: int, world_size: int, cost: torch.Tensor, b: torch.Tensor, z, centers):
+    rows = torch.tensor_split(torch.arange(cost.shape[0]), world_size)[rank]
+    res = sinkhorn(cost[rows], b=b, epsilon=0.01, distributed=True)
+    loss, _ = ot_clustering_loss(z[rows], centers, b, epsilon=0.01, distributed=True)
+    try:
+        ot_clustering_loss(z[rows], centers, b, epsilon=0.01, gradient="unrolled", distributed=True)
+        unrolled_error = ""
+    except ValueError as error:
+        unrolled_error = str(error)
+    return res.plan, res.g, res.n_iter, loss.item(), unrolled_error
+
+
+@pytest.mark.distributed
+def test_distributed_matches_single_process():
+    from _dist import run_in_processes
+
+    z, centers, _, b = _problem(90, 4, 16)
+    cost = squared_distances(z, centers)
+    single = sinkhorn(cost, b=b, epsilon=0.01)
+    single_loss, _ = ot_clustering_loss(z, centers, b, epsilon=0.01)
+    out = run_in_processes(_distributed_worker, 2, cost, b, z, centers)
+    plan = torch.cat([plan for plan, *_ in out])
+    assert (plan - single.plan).abs().max().item() < 1e-12
+    for _, g, n_iter, _, unrolled_error in out:
+        assert torch.allclose(g, single.g, atol=1e-10) and n_iter == single.n_iter
+        assert "unrolled" in unrolled_error
+    assert np.isclose(sum(loss for *_, loss, _ in out), single_loss.item(), rtol=1e-12)
