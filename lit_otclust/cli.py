@@ -54,6 +54,7 @@ class OTClusterCLI(LightningCLI):
         parser.link_arguments("data.input_shape", "model.autoencoder.init_args.input_shape", apply_on="instantiate")
         parser.link_arguments("seed_everything", "phases.seed")
         parser.link_arguments("seed_everything", "model.seed")
+        parser.link_arguments("seed_everything", "data.init_args.seed")
         parser.set_defaults({"trainer.num_sanity_val_steps": 0, "trainer.default_root_dir": "runs/default"})
 
     def instantiate_trainer(self, **kwargs):

@@ -33,7 +33,7 @@ import torch.distributed as dist
 import torchvision
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 FIT_SPLITS = ("train", "test", "all")
 SCALINGS = ("unit", "standard")
@@ -75,6 +75,27 @@ class InMemoryDataset(Dataset):
         x = torch.from_numpy(self.x.numpy()[index])  # (B, *input_shape)
         y = torch.from_numpy(self.y.numpy()[index])  # (B,)
         return x, y, torch.from_numpy(index)
+
+
+class EpochShuffleSampler(RandomSampler):
+    """A random order that depends only on ``(seed, epoch)``.
+
+    torch's RandomSampler draws its order from the global RNG, whose state a checkpoint does not
+    hold, so a resumed run would see other batches than the uninterrupted one. Lightning calls
+    ``set_epoch`` before every epoch; under DDP it replaces this RandomSampler subclass with a
+    DistributedSampler, which is seeded the same way.
+    """
+
+    def __init__(self, data_source: Dataset, seed: int) -> None:
+        super().__init__(data_source)
+        self.seed, self.epoch = seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        yield from torch.randperm(len(self.data_source), generator=generator).tolist()
 
 
 def passthrough(batch: Batch) -> Batch:
@@ -127,7 +148,7 @@ class _ImageDataModule(L.LightningDataModule):
         fit_split: "train", "test" or "all": which samples are clustered (see the module docstring).
         subset: if set, a seeded class-stratified subset of that many fitted samples; the held-out
             test split is cut the same way to min(subset, 10,000) samples, so smoke runs stay fast.
-        seed: seed of the subset draw.
+        seed: seed of the subset draw and of the training order (see EpochShuffleSampler).
         scaling: "unit" for pixels / 255 in [0, 1]; "standard" for (pixel / 255 - mean) / std per
             channel, with the official training split's ``mean`` and ``std``.
         drop_last: drop the last incomplete training batch, so every OT batch has exactly
@@ -279,7 +300,8 @@ class _ImageDataModule(L.LightningDataModule):
         if train:
             # drop_last keeps every batch at batch_size, so the OT cluster-size marginal applies to
             # a full batch. Under DDP, Lightning swaps the RandomSampler for a DistributedSampler.
-            return DataLoader(dataset, batch_size=self.batch_size, shuffle=True, drop_last=self.drop_last, **common)
+            sampler = EpochShuffleSampler(dataset, self.seed)
+            return DataLoader(dataset, batch_size=self.batch_size, sampler=sampler, drop_last=self.drop_last, **common)
         sampler = None
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             # Lightning's default DistributedSampler pads with repeated samples; this one does not,

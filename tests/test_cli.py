@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import wandb
 
 from lit_otclust.cli import main
 
@@ -24,8 +25,10 @@ def _offline(monkeypatch):
 
 
 def fit(data_dir, root, *extra):
-    return main(["fit", "--config", SMOKE, "--data.data_dir", str(data_dir),
-                 "--trainer.default_root_dir", str(root), *extra])
+    cli = main(["fit", "--config", SMOKE, "--data.data_dir", str(data_dir),
+                "--trainer.default_root_dir", str(root), *extra])
+    wandb.finish()  # in one process, the next WandbLogger would otherwise reuse this run
+    return cli
 
 
 def epoch_metrics(root: Path) -> dict[int, dict[str, float]]:
