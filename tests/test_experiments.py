@@ -1,0 +1,56 @@
+"""The sweep tool's aggregation, and the results notebook executed on a tiny result set."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+from nbclient import NotebookClient
+from scipy import stats
+
+from lit_otclust import experiments
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_runs(folder: Path, accs: dict[str, list[float]]) -> None:
+    """Result files in the schema ``experiments.run`` writes, with 3 epochs of curves each."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for method, values in accs.items():
+        for seed, acc in enumerate(values):
+            curves = {str(e): {"val/acc": acc * (e + 1) / 3, "train/loss": 10.0 - e} for e in range(3)}
+            record = {"name": f"mnist_{method}__seed={seed}", "config": f"mnist_{method}", "dataset": "mnist",
+                      "method": method, "seed": seed, "grid": {}, "fixed": {}, "seconds": 1.0,
+                      "final": curves["2"], "curves": curves, "command": "test"}
+            (folder / f"{record['name']}.json").write_text(json.dumps(record))
+
+
+def test_table_reports_mean_std_range_and_welch_test(tmp_path):
+    ot, skm = [0.80, 0.85, 0.90], [0.70, 0.72, 0.80]
+    write_runs(tmp_path, {"ot": ot, "soft_kmeans": skm})
+    text = experiments.table(str(tmp_path), baselines=None)
+    assert f"{np.mean(ot):.3f} (± {np.std(ot, ddof=1):.3f}) | [0.800, 0.900] | 0.851 (± 0.032)" in text
+    p = stats.ttest_ind(ot, skm, equal_var=False).pvalue
+    assert f"| ot | soft_kmeans | {np.mean(ot) - np.mean(skm):+.3f} | {p:.3g} |" in text
+
+
+def test_bad_override_names_itself(tmp_path):
+    with pytest.raises(ValueError, match="key=value"):
+        experiments.run(str(tmp_path), ["mnist_ot"], set=["trainer.max_epochs"])
+    with pytest.raises(FileNotFoundError, match="configs/mnist_nope.yaml"):
+        experiments.run(str(tmp_path), ["mnist_nope"])
+
+
+def test_notebook_runs_on_a_tiny_result_set(tmp_path, monkeypatch):
+    write_runs(tmp_path / "sweep", {"ot": [0.8, 0.9], "ae_kmeans": [0.7, 0.75]})
+    monkeypatch.setenv("LIT_OTCLUST_RESULTS", str(tmp_path / "sweep"))
+    nb = nbformat.read(REPO / "notebooks" / "results.ipynb", as_version=4)
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(REPO / "notebooks")}}).execute()
+    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert any("4 runs" in o.get("text", "") for o in outputs)
+    assert any("image/png" in o.get("data", {}) for o in outputs)
+    assert (tmp_path / "sweep" / "figure1_mnist.png").stat().st_size > 1000
