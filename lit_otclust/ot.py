@@ -242,7 +242,9 @@ def _newton(cost, a, b, g, eps, max_steps, tol, reg_m, group):
         while True:
             chol, info = torch.linalg.cholesky_ex(hess + damping * eye)
             if info.item() == 0:
-                direction = eps * torch.cholesky_solve(grad[:, None], chol)[:, 0]  # (K,)
+                # Two triangular solves: several times faster than torch.cholesky_solve on CPU for one right-hand side.
+                half = torch.linalg.solve_triangular(chol, grad[:, None], upper=False)
+                direction = eps * torch.linalg.solve_triangular(chol.mT, half, upper=True)[:, 0]  # (K,)
                 trial = evaluate(g + direction)
                 slope = (grad * direction).sum().item()
                 new_err = trial[3].detach().abs().sum().item()
