@@ -55,6 +55,11 @@ class DeepClustering(L.LightningModule):
         gradient: ``"envelope"`` or ``"unrolled"`` (see :func:`lit_otclust.ot.ot_clustering_loss`).
         sinkhorn_max_iter / sinkhorn_tol: the Sinkhorn stopping rule.
         reg_m: unbalanced OT strength tau (None: balanced, the paper).
+        cost_scale: ``"none"`` (the paper: C_ik = ||z_i - mu_k||^2) or ``"batch_mean"``
+            (C / mean(C) over the batch, so epsilon is relative to the typical distance). Our
+            measurement: the unnormalised loss is lowered by shrinking the whole embedding (the
+            decoder undoes any scale), which drifts epsilon = 1e-2 from "sharp" to "blurry" as
+            training goes; the normalised cost removes that direction.
         assignment: ``"distance"`` (the paper: argmin_k ||z - mu_k||^2) or ``"potential"``
             (argmin_k ||z - mu_k||^2 - g_k with the cluster potential g averaged over training
             batches, which respects the prescribed proportions). Both are always logged; this
@@ -78,6 +83,7 @@ class DeepClustering(L.LightningModule):
         sinkhorn_max_iter: int = 1000,
         sinkhorn_tol: float = 1e-5,
         reg_m: float | None = None,
+        cost_scale: Literal["none", "batch_mean"] = "none",
         assignment: Literal["distance", "potential"] = "distance",
         kmeans_n_init: int = 10,
         lr: float = 1e-3,
@@ -88,6 +94,8 @@ class DeepClustering(L.LightningModule):
         super().__init__()
         if clustering not in ("ot", "soft_kmeans", "none"):
             raise ValueError(f"clustering must be 'ot', 'soft_kmeans' or 'none', got {clustering!r}")
+        if cost_scale not in ("none", "batch_mean"):
+            raise ValueError(f"cost_scale must be 'none' or 'batch_mean', got {cost_scale!r}")
         if reconstruction not in ("sse", "mse"):
             raise ValueError(f"reconstruction must be 'sse' or 'mse', got {reconstruction!r}")
         if assignment not in ("distance", "potential"):
@@ -96,7 +104,9 @@ class DeepClustering(L.LightningModule):
             raise ValueError(f"num_clusters must be >= 1, got {num_clusters}")
         if proportions is not None and len(proportions) != num_clusters:
             raise ValueError(f"proportions has {len(proportions)} entries but num_clusters is {num_clusters}")
-        self.save_hyperparameters(ignore=["autoencoder"])
+        # The autoencoder stays in hparams: under LightningCLI it is its class_path config, which
+        # lets load_from_checkpoint rebuild it.
+        self.save_hyperparameters()
         self.autoencoder = autoencoder
         p = autoencoder.latent_dim
         # In the optimizer from the first step, so that its state survives any resume; the
@@ -137,17 +147,25 @@ class DeepClustering(L.LightningModule):
 
     def clustering_loss(self, z: Tensor) -> tuple[Tensor, dict[str, float]]:
         hp = self.hparams
+        centers, scale = self.centers, None
+        if hp.cost_scale == "batch_mean":
+            # C / mean(C): dividing z and mu by s = sqrt(mean C) (with its gradient) makes the loss
+            # invariant to the embedding's scale, which the unnormalised loss shrinks (class docstring).
+            scale = squared_distances(z, centers).mean().sqrt()
+            z, centers = z / scale, centers / scale
         if hp.clustering == "soft_kmeans":
-            return soft_kmeans_loss(z, self.centers, epsilon=hp.epsilon), {}
+            return soft_kmeans_loss(z, centers, epsilon=hp.epsilon), {}
         world = self.trainer.world_size if self._trainer is not None else 1
         warm = self.g_last if self.g_count > 0 else None
         loss, res = ot_clustering_loss(
-            z, self.centers, self.proportions, epsilon=hp.epsilon, gradient=hp.gradient,
+            z, centers, self.proportions, epsilon=hp.epsilon, gradient=hp.gradient,
             max_iter=hp.sinkhorn_max_iter, tol=hp.sinkhorn_tol, reg_m=hp.reg_m, g_init=warm,
             distributed=world > 1,
         )
         g = res.g.detach()
         self.g_last.copy_(g)
+        if scale is not None:
+            g = g * scale.detach() ** 2  # back to the units of ||z - mu||^2, for the assignment
         g = g - g.mean()  # fix the gauge (f + c, g - c) before averaging
         self.g_count += 1
         rate = max(0.01, 1.0 / self.g_count.item())  # running mean, then an EMA over ~100 batches

@@ -6,6 +6,7 @@ import csv
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,8 @@ import torch
 import wandb
 
 from lit_otclust.cli import main
+from lit_otclust.models import MLPAutoencoder
+from lit_otclust.system import DeepClustering
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = str(REPO / "configs" / "smoke.yaml")
@@ -83,6 +86,10 @@ def test_validate_test_and_predict_from_a_checkpoint(data_dir, tmp_path):
     last = str(tmp_path / "checkpoints" / "last.ckpt")
     common = ["--config", SMOKE, "--data.data_dir", str(data_dir), "--trainer.default_root_dir", str(tmp_path),
               "--trainer.logger", "false", "--ckpt_path", last]
+    # The checkpoint rebuilds the system alone too, autoencoder included (from its saved config).
+    reloaded = DeepClustering.load_from_checkpoint(last)
+    assert isinstance(reloaded.autoencoder, MLPAutoencoder) and reloaded.joint
+    torch.testing.assert_close(reloaded.centers, torch.load(last, weights_only=False)["state_dict"]["centers"])
     val = main(["validate", *common]).trainer.callback_metrics
     test = main(["test", *common]).trainer.callback_metrics
     # Two code paths over the held-out split: the validation loop and the test loop.
@@ -94,3 +101,29 @@ def test_validate_test_and_predict_from_a_checkpoint(data_dir, tmp_path):
     # The written clusters, matched to classes, give the validation accuracy on the same samples.
     hits = sum(r["matched_class"] == r["label"] for r in rows)
     assert hits / len(rows) == pytest.approx(float(val["val/acc"]), abs=1e-6)
+
+
+def test_resume_after_the_process_was_killed(data_dir, tmp_path):
+    """SIGKILL mid-run, then `--ckpt_path last` continues from the last finished epoch."""
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    cmd = [sys.executable, "-m", "lit_otclust", "fit", "--config", SMOKE, "--data.data_dir", str(data_dir),
+           "--trainer.default_root_dir", str(tmp_path), "--trainer.max_epochs", "1000"]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and not (tmp_path / "checkpoints" / "epoch001.ckpt").exists():
+            time.sleep(0.5)
+        time.sleep(1.0)  # let the last.ckpt written beside it finish
+    finally:
+        proc.kill()
+        proc.wait()
+    assert last.exists(), "no checkpoint appeared before the deadline"
+    done = torch.load(last, weights_only=False)["epoch"]
+    resumed = fit(data_dir, tmp_path, "--trainer.max_epochs", str(done + 2), "--ckpt_path", "last").trainer
+    assert resumed.current_epoch == done + 2
+    # The resumed run logged only the epochs after the checkpoint's.
+    log = sorted((tmp_path / "csv").glob("version_*/metrics.csv"))[-1]
+    with open(log) as fh:
+        epochs = {int(r["epoch"]) for r in csv.DictReader(fh) if r["epoch"]}
+    assert epochs == {done + 1}
