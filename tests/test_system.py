@@ -94,3 +94,23 @@ def test_centers_do_not_move_while_pretraining(data_dir):
     assert not module.joint
     torch.testing.assert_close(module.centers.detach(), before, rtol=0, atol=0)
     assert not torch.equal(module.autoencoder.encoder[1][0].weight, enc_before)
+
+
+@pytest.mark.parametrize("clustering", ["ot", "soft_kmeans"])
+def test_batch_mean_cost_is_scale_free(clustering):
+    """With cost_scale="batch_mean", shrinking the embedding (and centers) cannot lower the loss."""
+    torch.manual_seed(0)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=4, clustering=clustering, cost_scale="batch_mean")
+    module.centers.data.normal_()
+    z = torch.randn(60, 10)
+    loss, _ = module.clustering_loss(z)
+    module.centers.data.mul_(0.1)
+    shrunk, _ = module.clustering_loss(0.1 * z)
+    torch.testing.assert_close(shrunk, loss, rtol=1e-5, atol=1e-6)
+    # The paper's unnormalised cost, by contrast, rewards the shrinking.
+    plain = DeepClustering(MLPAutoencoder(), num_clusters=4, clustering=clustering)
+    plain.centers.data.copy_(module.centers.data * 10)
+    big, _ = plain.clustering_loss(z)
+    plain.centers.data.mul_(0.1)
+    small, _ = plain.clustering_loss(0.1 * z)
+    assert small < 0.5 * big
