@@ -185,6 +185,16 @@ def table(out: str, key: str = "val/acc", baselines: str | None = "results/kmean
     return text
 
 
+def _save(fig, ax, path: Path) -> str:
+    import matplotlib.pyplot as plt
+
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return str(path)
+
+
 def figures(out: str, key: str = "val/acc", grid_key: str | None = None) -> list[str]:
     """PNGs: accuracy vs epoch per method (mean over seeds, band = ± std), and, if ``grid_key`` is
     given (e.g. ``model.epsilon``), final accuracy vs that setting per method (Figure 2 style).
@@ -199,9 +209,10 @@ def figures(out: str, key: str = "val/acc", grid_key: str | None = None) -> list
     for ds in sorted({r["dataset"] for r in records}):
         curves: dict[str, list[list[float]]] = defaultdict(list)
         for r in records:
-            if r["dataset"] == ds and (grid_key is None or not r["grid"]):
+            if r["dataset"] == ds and grid_key not in r["grid"]:
                 ys = [c.get(key, np.nan) for _, c in sorted(r["curves"].items(), key=lambda kv: int(kv[0]))]
-                curves[r["method"]].append(ys)
+                label = " ".join([r["method"], *(f"{k.split('.')[-1]}={v}" for k, v in sorted(r["grid"].items()))])
+                curves[label].append(ys)
         if curves:
             fig, ax = plt.subplots(figsize=(6, 4))
             for method, runs in sorted(curves.items()):
@@ -211,12 +222,7 @@ def figures(out: str, key: str = "val/acc", grid_key: str | None = None) -> list
                 ax.plot(range(n), mean, label=f"{method} ({len(runs)} runs)")
                 ax.fill_between(range(n), mean - std, mean + std, alpha=0.2)
             ax.set(xlabel="epoch", ylabel=key, title=f"{ds}: {key} per epoch (mean ± std over seeds)")
-            ax.legend(fontsize=8)
-            fig.tight_layout()
-            path = Path(out) / f"figure1_{ds}.png"
-            fig.savefig(path, dpi=120)
-            plt.close(fig)
-            written.append(str(path))
+            written.append(_save(fig, ax, Path(out) / f"figure1_{ds}.png"))
         if grid_key:
             by: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
             for r in records:
@@ -228,12 +234,7 @@ def figures(out: str, key: str = "val/acc", grid_key: str | None = None) -> list
                 ax.errorbar(xs, [np.mean(points[x]) for x in xs], yerr=[np.std(points[x]) for x in xs],
                             marker="o", capsize=3, label=method)
             ax.set(xscale="log", xlabel=grid_key, ylabel=f"final {key}", title=f"{ds}: final {key} vs {grid_key}")
-            ax.legend(fontsize=8)
-            fig.tight_layout()
-            path = Path(out) / f"figure2_{ds}.png"
-            fig.savefig(path, dpi=120)
-            plt.close(fig)
-            written.append(str(path))
+            written.append(_save(fig, ax, Path(out) / f"figure2_{ds}.png"))
     print("\n".join(written))
     return written
 

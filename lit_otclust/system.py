@@ -228,25 +228,29 @@ class DeepClustering(L.LightningModule):
             self._eval_y.setdefault(dataloader_idx, []).append(y.cpu())
             return
         name = EVAL_SETS[dataloader_idx]
-        for rule in ("distance", "potential"):
-            self.metrics[f"{name}_{rule}"].update(self.assign(z, rule), y)
-        sizes = torch.bincount(self.assign(z), minlength=len(self.centers))
+        pred = {rule: self.assign(z, rule) for rule in ("distance", "potential")}
+        for rule, p in pred.items():
+            self.metrics[f"{name}_{rule}"].update(p, y)
+        sizes = torch.bincount(pred[self.hparams.assignment], minlength=len(self.centers))
         self._eval_sizes[dataloader_idx] = self._eval_sizes.get(dataloader_idx, 0) + sizes
+
+    def _log_metrics(self, name: str, prefix: str) -> None:
+        """Compute, log as ``prefix/acc`` etc. (``_potential``/``_distance`` for the other rule), reset."""
+        for rule in ("distance", "potential"):
+            metric = self.metrics[f"{name}_{rule}"]
+            res = metric.compute()
+            metric.reset()
+            suffix = "" if rule == self.hparams.assignment else f"_{rule}"
+            self.log_dict({f"{prefix}/{k}{suffix}": res[k] for k in ("acc", "nmi", "ari")})
 
     def on_validation_epoch_end(self) -> None:
         if self.uses_kmeans_eval:
             self._log_kmeans_eval()
             return
         for idx, name in enumerate(EVAL_SETS):
-            if idx not in self._eval_sizes:
-                continue
-            for rule in ("distance", "potential"):
-                res = self.metrics[f"{name}_{rule}"].compute()
-                self.metrics[f"{name}_{rule}"].reset()
-                suffix = "" if rule == self.hparams.assignment else f"_{rule}"
-                self.log_dict({f"{name}/{k}{suffix}": res[k] for k in ("acc", "nmi", "ari")})
-            sizes = self.trainer.strategy.reduce(self._eval_sizes[idx].float(), reduce_op="sum")
-            self._log_sizes(name, sizes)
+            if idx in self._eval_sizes:
+                self._log_metrics(name, name)
+                self._log_sizes(name, self.trainer.strategy.reduce(self._eval_sizes[idx].float(), reduce_op="sum"))
 
     def _gather(self, idx: int) -> tuple[Tensor, Tensor]:
         """All ranks' embeddings and labels of evaluation set ``idx`` (the shards differ by <= 1)."""
@@ -287,20 +291,17 @@ class DeepClustering(L.LightningModule):
                 import wandb
 
                 logger.experiment.log({f"{name}/cluster_sizes": wandb.Histogram(
-                    np_histogram=(sizes.cpu().numpy(), np.arange(len(sizes) + 1))), "epoch": self.current_epoch})
+                    np_histogram=(sizes.cpu().numpy(), np.arange(len(sizes) + 1))), "trainer/global_step": self.global_step})
 
     # ---- test and predict ---------------------------------------------------------------------
     def test_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int) -> None:
         x, y, _ = batch
-        self.metrics["heldout_distance"].update(self.assign(self.embed(x), "distance"), y)
-        self.metrics["heldout_potential"].update(self.assign(self.embed(x), "potential"), y)
+        z = self.embed(x)
+        for rule in ("distance", "potential"):
+            self.metrics[f"heldout_{rule}"].update(self.assign(z, rule), y)
 
     def on_test_epoch_end(self) -> None:
-        for rule in ("distance", "potential"):
-            res = self.metrics[f"heldout_{rule}"].compute()
-            self.metrics[f"heldout_{rule}"].reset()
-            suffix = "" if rule == self.hparams.assignment else f"_{rule}"
-            self.log_dict({f"test/{k}{suffix}": res[k] for k in ("acc", "nmi", "ari")})
+        self._log_metrics("heldout", "test")
 
     def predict_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> dict[str, Tensor]:
         x, y, index = batch
