@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import queue
 import socket
 import traceback
@@ -30,7 +31,9 @@ def _worker(rank: int, world_size: int, port: int, results: Any, fn: Callable[..
             timeout=timedelta(seconds=60),
         )
         try:
-            results.put((rank, True, fn(rank, world_size, *args)))
+            # Plain pickle copies tensors by value; torch's queue would share them by file
+            # descriptor, which breaks when this process exits before the parent reads them.
+            results.put((rank, True, pickle.dumps(fn(rank, world_size, *args))))
         finally:
             dist.destroy_process_group()
     except BaseException:  # the parent re-raises it with the child's traceback
@@ -61,7 +64,7 @@ def run_in_processes(fn: Callable[..., Any], world_size: int, *args: Any, timeou
                 raise RuntimeError(f"no result from a process within {timeout} s") from None
             if not ok:
                 raise RuntimeError(f"process {rank} failed:\n{value}")
-            outputs[rank] = value
+            outputs[rank] = pickle.loads(value)
     finally:
         for process in processes:
             process.join(timeout=10)
