@@ -155,7 +155,9 @@ def table(out: str, key: str = "val/acc", baselines: str | None = "results/kmean
         key: the metric to tabulate (``val/acc``: accuracy on the fitted samples, the paper's).
         baselines: a folder of ``python -m lit_otclust.baselines`` JSON outputs (k-means on pixels).
     """
-    groups = _group(load(out), key)
+    records = load(out)
+    groups = _group(records, key)
+    fixed = sorted({f"{k}={v}" for r in records for k, v in r["fixed"].items()})
     if baselines and Path(baselines).is_dir():
         for p in sorted(Path(baselines).glob("*.json")):
             b = json.loads(p.read_text())
@@ -179,6 +181,8 @@ def table(out: str, key: str = "val/acc", baselines: str | None = "results/kmean
                 t = stats.ttest_ind(accs, other, equal_var=False)
                 settings = "" if grid == "{}" else grid
                 lines.append(f"| {ds} | {settings} | {a_name} | {b_name} | {np.mean(accs) - np.mean(other):+.3f} | {t.pvalue:.3g} |")
+    if fixed:
+        lines = [f"Overrides given to the runs: {', '.join(fixed)}.", "", *lines]
     text = "\n".join(lines) + "\n"
     Path(out, "table.md").write_text(text)
     print(text)
