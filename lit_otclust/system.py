@@ -59,7 +59,8 @@ class DeepClustering(L.LightningModule):
             (C / mean(C) over the batch, so epsilon is relative to the typical distance). Our
             measurement: the unnormalised loss is lowered by shrinking the whole embedding (the
             decoder undoes any scale), which drifts epsilon = 1e-2 from "sharp" to "blurry" as
-            training goes; the normalised cost removes that direction.
+            training goes; the normalised cost removes that direction (but measured worse: see
+            RESULTS.md). Under DDP each rank divides by its own batch's mean.
         assignment: ``"distance"`` (the paper: argmin_k ||z - mu_k||^2) or ``"potential"``
             (argmin_k ||z - mu_k||^2 - g_k with the cluster potential g averaged over training
             batches, which respects the prescribed proportions). Both are always logged; this
