@@ -16,6 +16,7 @@ from jsonargparse import CLI
 from lit_otclust.data import CIFAR10DataModule, MNISTDataModule
 from lit_otclust.metrics import hungarian_accuracy
 from lit_otclust.ot import squared_distances
+from lit_otclust.system import kmeans
 
 DATA_MODULES = {"mnist": MNISTDataModule, "cifar10": CIFAR10DataModule}
 
@@ -32,8 +33,6 @@ def kmeans_raw(dataset: str = "mnist", data_dir: str = "data", download: bool = 
         seed: seeds k-means and the subset.
         output: a JSON file to write the scores to.
     """
-    from lit_otclust.system import kmeans
-
     if dataset not in DATA_MODULES:
         raise ValueError(f"dataset={dataset!r} is unknown; choose one of {sorted(DATA_MODULES)}")
     dm = DATA_MODULES[dataset](data_dir=data_dir, download=download, fit_split=fit_split, subset=subset,

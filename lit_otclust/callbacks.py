@@ -11,6 +11,7 @@ import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
 from lit_otclust.metrics import match_clusters
+from lit_otclust.system import kmeans
 
 
 class PhaseSwitch(L.Callback):
@@ -66,8 +67,6 @@ class PhaseSwitch(L.Callback):
     @torch.no_grad()
     def init_centers(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """mu <- k-means on the embeddings of all fitted samples (every rank embeds them all)."""
-        from lit_otclust.system import kmeans
-
         was_training = pl_module.training
         pl_module.eval()
         x = trainer.datamodule.fit_set.x  # (N, *input_shape): the fitted samples, in memory
