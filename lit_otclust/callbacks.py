@@ -10,7 +10,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
-from lit_otclust.metrics import match_clusters
+from lit_otclust.metrics import hungarian_accuracy
 from lit_otclust.system import kmeans
 
 
@@ -100,9 +100,8 @@ class ClusterWriter(BasePredictionWriter):
         cols = {k: torch.cat([o[k] for o in outs]).cpu() for k in outs[0]}
         K = len(pl_module.centers)
         num_classes = int(max(cols["label"].max().item() + 1, K))
-        contingency = torch.zeros(K, num_classes, dtype=torch.long)
-        contingency.index_put_((cols["cluster"], cols["label"]), torch.ones_like(cols["label"]), accumulate=True)
-        matched = match_clusters(contingency)[cols["cluster"]]
+        matching = hungarian_accuracy(cols["cluster"], cols["label"], K, num_classes)["matching"]
+        matched = matching[cols["cluster"]]
         folder = Path(self.output_dir or trainer.default_root_dir)
         folder.mkdir(parents=True, exist_ok=True)
         name = "predictions.csv" if trainer.world_size == 1 else f"predictions-rank{trainer.global_rank}.csv"

@@ -62,13 +62,14 @@ def _run_name(config: str, point: dict[str, str], seed: int) -> str:
     return "__".join([config, *tags, f"seed={seed}"])
 
 
-def read_curves(csv_path: Path) -> dict[int, dict[str, float]]:
-    """Per-epoch metrics of a Lightning CSV log, one dict per epoch."""
+def read_curves(csv_path: Path, keys: tuple[str, ...] | None = CURVE_KEYS) -> dict[int, dict[str, float]]:
+    """Per-epoch metrics of a Lightning CSV log, one dict per epoch (only ``keys``; all if None)."""
     rows: dict[int, dict[str, float]] = defaultdict(dict)
     with open(csv_path) as fh:
         for row in csv.DictReader(fh):
             if row.get("epoch"):
-                rows[int(row["epoch"])].update({k: float(v) for k, v in row.items() if v and k in CURVE_KEYS})
+                rows[int(row["epoch"])].update({k: float(v) for k, v in row.items()
+                                                if v and k != "epoch" and (keys is None or k in keys)})
     return dict(sorted(rows.items()))
 
 

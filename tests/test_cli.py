@@ -16,6 +16,7 @@ import wandb
 
 from lit_otclust.callbacks import PhaseSwitch
 from lit_otclust.cli import OTClusterCLI, main
+from lit_otclust.experiments import read_curves
 from lit_otclust.models import MLPAutoencoder
 from lit_otclust.system import DeepClustering
 
@@ -38,14 +39,7 @@ def fit(data_dir, root, *extra):
 
 def epoch_metrics(root: Path) -> dict[int, dict[str, float]]:
     """Per-epoch rows of the newest CSV log, merged by epoch."""
-    log = sorted((root / "csv").glob("version_*/metrics.csv"))[-1]
-    rows: dict[int, dict[str, float]] = {}
-    with open(log) as fh:
-        for row in csv.DictReader(fh):
-            if not row["epoch"]:  # the learning-rate monitor's rows carry only a step
-                continue
-            rows.setdefault(int(row["epoch"]), {}).update({k: float(v) for k, v in row.items() if v and k != "epoch"})
-    return rows
+    return read_curves(sorted((root / "csv").glob("version_*/metrics.csv"))[-1], keys=None)
 
 
 def test_module_entry_point_fits_logs_and_switches_phase(data_dir, tmp_path):
