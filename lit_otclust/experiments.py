@@ -182,12 +182,37 @@ def table(out: str, key: str = "val/acc", baselines: str | None = "results/kmean
                 t = stats.ttest_ind(accs, other, equal_var=False)
                 settings = "" if grid == "{}" else grid
                 lines.append(f"| {ds} | {settings} | {a_name} | {b_name} | {np.mean(accs) - np.mean(other):+.3f} | {t.pvalue:.3g} |")
+    lines += ["", *_other_metrics(records)]
     if fixed:
         lines = [f"Overrides given to the runs: {', '.join(fixed)}.", "", *lines]
     text = "\n".join(lines) + "\n"
     Path(out, "table.md").write_text(text)
     print(text)
     return text
+
+
+OTHER_METRICS = {"val/acc": "acc", "val/acc_potential": "acc, potential rule", "val/nmi": "NMI", "val/ari": "ARI",
+                 "heldout/acc": "acc, test split", "val/size_min": "smallest cluster", "val/size_max": "largest cluster"}
+
+
+def _other_metrics(records: list[dict]) -> list[str]:
+    """Markdown rows: per data set, method and settings, the mean over seeds of every logged metric."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in records:
+        groups[(r["dataset"], r["method"], ", ".join(f"{k.split('.')[-1]}={v}" for k, v in sorted(r["grid"].items())))].append(r)
+    lines = ["Mean over seeds of the other final metrics (cluster sizes: fractions of the clustered images):", "",
+             "| data | method | settings | " + " | ".join(OTHER_METRICS.values()) + " | minutes per run |",
+             "|---|---|---|" + "---|" * (len(OTHER_METRICS) + 1)]
+    for (ds, method, settings), runs in sorted(groups.items()):
+        cells = []
+        for key in OTHER_METRICS:
+            # The potential rule is OT's: other methods log it with g = 0, a copy of acc.
+            values = [r["final"][key] for r in runs if key in r["final"]
+                      and (key != "val/acc_potential" or method.startswith("ot"))]
+            cells.append(f"{np.mean(values):.3f}" if values else "—")
+        minutes = np.mean([r["seconds"] for r in runs]) / 60
+        lines.append(f"| {ds} | {method} | {settings} | {' | '.join(cells)} | {minutes:.0f} |")
+    return lines
 
 
 def _save(fig, ax, path: Path) -> str:

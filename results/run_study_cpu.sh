@@ -13,6 +13,9 @@ run --out results/figure2 --seeds 0 --configs mnist_ot mnist_soft_kmeans \
     --grid model.epsilon=0.001,0.01,0.1,1 --set trainer.max_epochs=15 data.data_dir=$DATA
 run --out results/figure2 --seeds 0 --configs mnist_ot_p mnist_soft_kmeans_p \
     --grid model.epsilon=0.001,0.01,0.1,1 --set trainer.max_epochs=15 phases.pretrain_epochs=5 data.data_dir=$DATA
+run --out results/study_weight --seeds 0 --configs mnist_ot \
+    --grid model.clustering_weight=0.01,0.1,1,10,100 --set trainer.max_epochs=8 data.data_dir=$DATA
 python -m lit_otclust.experiments table --out results/study_scale
+python -m lit_otclust.experiments table --out results/study_weight
 python -m lit_otclust.experiments table --out results/figure2
 python -m lit_otclust.experiments figures --out results/figure2 --grid_key model.epsilon

@@ -35,6 +35,8 @@ def test_table_reports_mean_std_range_and_welch_test(tmp_path):
     assert f"{np.mean(ot):.3f} (± {np.std(ot, ddof=1):.3f}) | [0.800, 0.900] | 0.851 (± 0.032)" in text
     p = stats.ttest_ind(ot, skm, equal_var=False).pvalue
     assert f"| ot | soft_kmeans | {np.mean(ot) - np.mean(skm):+.3f} | {p:.3g} |" in text
+    # The per-method means of the other metrics: acc logged, the rest absent in these records.
+    assert f"| mnist | ot |  | {np.mean(ot):.3f} | — | — |" in text
 
 
 def test_bad_override_names_itself(tmp_path):
