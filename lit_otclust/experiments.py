@@ -158,11 +158,15 @@ def table(out: str, key: str = "val/acc", baselines: str | None = "results/kmean
     """
     records = load(out)
     groups = _group(records, key)
-    fixed = sorted({f"{k}={v}" for r in records for k, v in r["fixed"].items()})
+    every_run = set.intersection(*({f"{k}={v}" for k, v in r["fixed"].items()} for r in records)) if records else set()
+    some_runs = sorted({f"{k}={v}" for r in records for k, v in r["fixed"].items()} - every_run)
+    fixed = sorted(every_run) + [f"{o} (some runs)" for o in some_runs]
+    datasets = {r["dataset"] for r in records}
     if baselines and Path(baselines).is_dir():
         for p in sorted(Path(baselines).glob("*.json")):
             b = json.loads(p.read_text())
-            groups[(b["dataset"], "kmeans", "{}")].append(b["acc"])
+            if b["dataset"] in datasets or not records:
+                groups[(b["dataset"], "kmeans", "{}")].append(b["acc"])
     lines = [f"| data | method | settings | runs | ours: mean (± std) | ours: [min, max] | paper: mean (± std) | paper: [min, max] |",
              "|---|---|---|---|---|---|---|---|"]
     for (ds, method, grid), accs in sorted(groups.items(), key=lambda kv: (kv[0][0], METHODS.index(kv[0][1]) if kv[0][1] in METHODS else 99, kv[0][2])):
