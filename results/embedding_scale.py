@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from lit_otclust.data import MNISTDataModule
-from lit_otclust.models import MLPAutoencoder
+from study_kmeans_inits import embeddings, encoder_from_checkpoint  # beside this script
 
 
 def main() -> None:
@@ -27,13 +27,9 @@ def main() -> None:
     print("| run | epoch | z std per dim | mean squared distance to nearest center | epsilon / that |")
     print("|---|---|---|---|---|")
     for ckpt in args.ckpts:
-        state = torch.load(ckpt, map_location="cpu", weights_only=False)
-        weights = state["state_dict"]
-        ae = MLPAutoencoder((784,))
-        ae.load_state_dict({k.removeprefix("autoencoder."): v for k, v in weights.items() if k.startswith("autoencoder.")})
-        with torch.no_grad():
-            z = torch.cat([ae.encoder(xb) for xb in dm.fit_set.x.split(10_000)])
-        centers = weights["centers"]
+        encoder, state = encoder_from_checkpoint(ckpt)
+        z = torch.as_tensor(embeddings(encoder, dm.fit_set.x)).float()
+        centers = state["state_dict"]["centers"]
         if state["hyper_parameters"]["clustering"] != "none":  # AE + k-means never trains its centers
             d = torch.cdist(z, centers).pow(2).min(1).values.mean().item()
             dist, rel = f"{d:.3f}", f"{args.epsilon / d:.4f}"

@@ -29,6 +29,16 @@ from lit_otclust.metrics import hungarian_accuracy
 from lit_otclust.models import MLPAutoencoder
 
 
+def encoder_from_checkpoint(ckpt: str) -> tuple[torch.nn.Module, dict]:
+    """The MNIST MLP encoder of a checkpoint, and the checkpoint. From the weights alone: the
+    earlier sweeps' checkpoints predate the autoencoder config in hparams."""
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    ae = MLPAutoencoder((784,))
+    ae.load_state_dict({k.removeprefix("autoencoder."): v for k, v in state["state_dict"].items()
+                        if k.startswith("autoencoder.")})
+    return ae.encoder, state
+
+
 def embeddings(encoder: torch.nn.Module, x: torch.Tensor) -> np.ndarray:
     with torch.no_grad():
         return torch.cat([encoder(xb) for xb in x.split(10_000)]).double().numpy()
@@ -78,13 +88,9 @@ def main() -> None:
         rows += study(f"untrained encoder (seed {seed})", embeddings(MLPAutoencoder((784,)).encoder, x), y,
                       args.repeats, args.check_seeds)
     for ckpt in args.ckpts:
-        # The weights alone: the earlier sweeps' checkpoints predate the autoencoder config in hparams.
-        state = torch.load(ckpt, map_location="cpu", weights_only=False)
-        ae = MLPAutoencoder((784,))
-        ae.load_state_dict({k.removeprefix("autoencoder."): v for k, v in state["state_dict"].items()
-                            if k.startswith("autoencoder.")})
+        encoder, state = encoder_from_checkpoint(ckpt)
         name = f"{Path(ckpt).parents[1].name} (epoch {state['epoch']})"
-        rows += study(name, embeddings(ae.encoder, x), y, args.repeats, args.check_seeds)
+        rows += study(name, embeddings(encoder, x), y, args.repeats, args.check_seeds)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "kmeans_inits.json").write_text(json.dumps(rows, indent=1) + "\n")
