@@ -57,9 +57,13 @@ def _parse_assignments(items: list[str], what: str) -> dict[str, list[str]]:
     return out
 
 
+def _tags(grid: dict[str, str]) -> list[str]:
+    """``key=value`` per grid setting, by the key's last component: ``model.epsilon`` -> ``epsilon=0.1``."""
+    return [f"{k.split('.')[-1]}={v}" for k, v in sorted(grid.items())]
+
+
 def _run_name(config: str, point: dict[str, str], seed: int) -> str:
-    tags = [f"{k.split('.')[-1]}={v}" for k, v in sorted(point.items())]
-    return "__".join([config, *tags, f"seed={seed}"])
+    return "__".join([config, *_tags(point), f"seed={seed}"])
 
 
 def read_curves(csv_path: Path, keys: tuple[str, ...] | None = CURVE_KEYS) -> dict[int, dict[str, float]]:
@@ -158,9 +162,9 @@ def table(out: str, key: str = "val/acc", baselines: str | None = "results/kmean
     """
     records = load(out)
     groups = _group(records, key)
-    every_run = set.intersection(*({f"{k}={v}" for k, v in r["fixed"].items()} for r in records)) if records else set()
-    some_runs = sorted({f"{k}={v}" for r in records for k, v in r["fixed"].items()} - every_run)
-    fixed = sorted(every_run) + [f"{o} (some runs)" for o in some_runs]
+    overrides = [{f"{k}={v}" for k, v in r["fixed"].items()} for r in records]
+    every_run = set.intersection(*overrides) if overrides else set()
+    fixed = sorted(every_run) + [f"{o} (some runs)" for o in sorted(set().union(*overrides) - every_run)]
     datasets = {r["dataset"] for r in records}
     if baselines and Path(baselines).is_dir():
         for p in sorted(Path(baselines).glob("*.json")):
@@ -175,7 +179,7 @@ def table(out: str, key: str = "val/acc", baselines: str | None = "results/kmean
         paper_mean = "" if pm is None else f"{pm:.3f}" + ("" if ps is None else f" (± {ps:.3f})")
         paper_range = "" if pmin is None else f"[{pmin:.3f}, {pmax:.3f}]"
         std = f" (± {a.std(ddof=1):.3f})" if len(a) > 1 else ""
-        settings = "" if grid == "{}" else ", ".join(f"{k.split('.')[-1]}={v}" for k, v in json.loads(grid).items())
+        settings = ", ".join(_tags(json.loads(grid)))
         lines.append(f"| {ds} | {method} | {settings} | {len(a)} | {a.mean():.3f}{std} | [{a.min():.3f}, {a.max():.3f}] | {paper_mean} | {paper_range} |")
     lines += ["", "Welch's t-test (scipy.stats.ttest_ind, equal_var=False) on the final accuracies:", "",
               "| data | settings | a | b | mean a - mean b | p-value |", "|---|---|---|---|---|---|"]
@@ -203,7 +207,7 @@ def _other_metrics(records: list[dict]) -> list[str]:
     """Markdown rows: per data set, method and settings, the mean over seeds of every logged metric."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
-        groups[(r["dataset"], r["method"], ", ".join(f"{k.split('.')[-1]}={v}" for k, v in sorted(r["grid"].items())))].append(r)
+        groups[(r["dataset"], r["method"], ", ".join(_tags(r["grid"])))].append(r)
     lines = ["Mean over seeds of the other final metrics (cluster sizes: fractions of the clustered images):", "",
              "| data | method | settings | " + " | ".join(OTHER_METRICS.values()) + " | minutes per run |",
              "|---|---|---|" + "---|" * (len(OTHER_METRICS) + 1)]
@@ -245,7 +249,7 @@ def figures(out: str, key: str = "val/acc", grid_key: str | None = None) -> list
         for r in records:
             if r["dataset"] == ds and grid_key not in r["grid"]:
                 ys = [c.get(key, np.nan) for _, c in sorted(r["curves"].items(), key=lambda kv: int(kv[0]))]
-                label = " ".join([r["method"], *(f"{k.split('.')[-1]}={v}" for k, v in sorted(r["grid"].items()))])
+                label = " ".join([r["method"], *_tags(r["grid"])])
                 curves[label].append(ys)
         if curves:
             fig, ax = plt.subplots(figsize=(6, 4))
