@@ -61,8 +61,28 @@ class PhaseSwitch(L.Callback):
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.phase == "pretrain" and trainer.current_epoch >= self.pretrain_epochs:
             self.init_centers(trainer, pl_module)
+            self.restart_optimization(trainer, pl_module)
             self.phase, self.switch_epoch = "joint", trainer.current_epoch
+            pl_module.joint_start_epoch.fill_(trainer.current_epoch)
         pl_module.joint = self.phase == "joint"
+
+    @staticmethod
+    def restart_optimization(trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """The joint phase starts its own optimisation, as the paper's Algorithm has two loops.
+
+        - The centers' Adam state is dropped. While pre-training they get zero gradients but Adam
+          still counts steps, so at the switch its bias correction is ~1 with second moments ~0:
+          the first joint updates of the centers would be ~3x the learning rate for hundreds of steps.
+        - Each epoch-interval scheduler restarts at epoch 0 with the initial learning rates, so the
+          step decay counts joint epochs (else the (p) runs start the joint phase decayed).
+        """
+        for opt in trainer.optimizers:
+            opt.state.pop(pl_module.centers, None)
+        for config in trainer.lr_scheduler_configs:
+            sched = config.scheduler
+            sched.last_epoch = 0
+            for group, lr in zip(sched.optimizer.param_groups, sched.base_lrs):
+                group["lr"] = lr
 
     @torch.no_grad()
     def init_centers(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

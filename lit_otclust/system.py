@@ -28,6 +28,7 @@ from lit_otclust.ot import ot_clustering_loss, soft_kmeans_loss, squared_distanc
 
 Clustering = Literal["ot", "soft_kmeans", "none"]
 EVAL_SETS = ("val", "heldout")  # dataloader 0: the fitted samples; 1: the held-out test split
+BALANCED_TAU = 1e4  # reg_m annealing towards balanced ends at tau = BALANCED_TAU * epsilon
 
 
 def kmeans(z: Tensor, num_clusters: int, n_init: int, seed: int) -> Tensor:
@@ -68,8 +69,16 @@ class DeepClustering(L.LightningModule):
             batches, which respects the prescribed proportions). Both are always logged; this
             picks the one behind ``val/acc``.
         kmeans_n_init: k-means restarts, for the AE + k-means evaluation.
+        anneal_epochs, epsilon_start, reg_m_start: anneal the problem over the first
+            ``anneal_epochs`` epochs of the joint phase, geometrically (per epoch) from
+            ``epsilon_start`` to ``epsilon`` (a soft, DKM-style start) and from ``reg_m_start`` to
+            ``reg_m`` (a loose size constraint tightened towards balanced; with ``reg_m=None`` the
+            end point is ``tau = 1e4 * epsilon``, where ``tau / (tau + epsilon) = 0.9999``, and
+            the problem is balanced from ``anneal_epochs`` on). None: no annealing of that one.
+            The paper holds epsilon and the constraint fixed; DKM anneals its inverse temperature.
         lr, lr_decay_epochs, lr_decay_gamma: Adam with step decay (the paper gives lr 1e-3 and
-            "step decay" only): lr is multiplied by gamma every ``lr_decay_epochs`` epochs.
+            "step decay" only): lr is multiplied by gamma every ``lr_decay_epochs`` epochs,
+            counted from the start of the joint phase (``PhaseSwitch`` restarts the schedule).
         seed: seeds the k-means runs.
     """
 
@@ -89,6 +98,9 @@ class DeepClustering(L.LightningModule):
         cost_scale: Literal["none", "batch_mean"] = "none",
         assignment: Literal["distance", "potential"] = "distance",
         kmeans_n_init: int = 10,
+        anneal_epochs: int = 0,
+        epsilon_start: float | None = None,
+        reg_m_start: float | None = None,
         lr: float = 1e-3,
         lr_decay_epochs: int = 50,
         lr_decay_gamma: float = 0.5,
@@ -105,6 +117,11 @@ class DeepClustering(L.LightningModule):
             raise ValueError(f"assignment must be 'distance' or 'potential', got {assignment!r}")
         if num_clusters < 1:
             raise ValueError(f"num_clusters must be >= 1, got {num_clusters}")
+        if anneal_epochs < 0:
+            raise ValueError(f"anneal_epochs must be >= 0, got {anneal_epochs}")
+        for name, value in (("epsilon_start", epsilon_start), ("reg_m_start", reg_m_start)):
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be > 0 (or None: no annealing), got {value!r}")
         if proportions is not None and len(proportions) != num_clusters:
             raise ValueError(f"proportions has {len(proportions)} entries but num_clusters is {num_clusters}")
         # The autoencoder stays in hparams: under LightningCLI it is its class_path config, which
@@ -125,6 +142,8 @@ class DeepClustering(L.LightningModule):
         # The phase, set by PhaseSwitch; a buffer so that validate/test/predict from a checkpoint
         # (which restore the module but not the callbacks) evaluate as the run did.
         self.register_buffer("joint_phase", torch.tensor(False))
+        # The epoch the joint phase began (set by PhaseSwitch), the origin of the annealing.
+        self.register_buffer("joint_start_epoch", torch.tensor(0))
         self.metrics = nn.ModuleDict({
             f"{s}_{a}": HungarianAccuracy(num_clusters, num_clusters)
             for s in EVAL_SETS for a in ("distance", "potential")
@@ -143,6 +162,19 @@ class DeepClustering(L.LightningModule):
     def joint(self, value: bool) -> None:
         self.joint_phase.fill_(value)
 
+    def schedule(self) -> tuple[float, float | None]:
+        """(epsilon, reg_m) for the current epoch: the annealing of the class docstring."""
+        hp = self.hparams
+        t = (self.current_epoch - int(self.joint_start_epoch)) / hp.anneal_epochs if hp.anneal_epochs > 0 else 1.0
+        if t >= 1.0:
+            return hp.epsilon, hp.reg_m
+        eps = hp.epsilon if hp.epsilon_start is None else hp.epsilon_start * (hp.epsilon / hp.epsilon_start) ** t
+        reg_m = hp.reg_m
+        if hp.reg_m_start is not None:
+            end = hp.reg_m if hp.reg_m is not None else BALANCED_TAU * hp.epsilon
+            reg_m = hp.reg_m_start * (end / hp.reg_m_start) ** t
+        return eps, reg_m
+
     # ---- losses -------------------------------------------------------------------------------
     def reconstruction_loss(self, x: Tensor, x_hat: Tensor) -> Tensor:
         err = (x_hat - x).pow(2).flatten(1)  # (B, d)
@@ -150,6 +182,7 @@ class DeepClustering(L.LightningModule):
 
     def clustering_loss(self, z: Tensor) -> tuple[Tensor, dict[str, float]]:
         hp = self.hparams
+        epsilon, reg_m = self.schedule()
         centers, scale = self.centers, None
         if hp.cost_scale == "batch_mean":
             # C / mean(C): dividing z and mu by s = sqrt(mean C) (with its gradient) makes the loss
@@ -157,12 +190,12 @@ class DeepClustering(L.LightningModule):
             scale = squared_distances(z, centers).mean().sqrt()
             z, centers = z / scale, centers / scale
         if hp.clustering == "soft_kmeans":
-            return soft_kmeans_loss(z, centers, epsilon=hp.epsilon), {}
+            return soft_kmeans_loss(z, centers, epsilon=epsilon), {"epsilon": epsilon}
         world = self.trainer.world_size if self._trainer is not None else 1
         warm = self.g_last if self.g_count > 0 else None
         loss, res = ot_clustering_loss(
-            z, centers, self.proportions, epsilon=hp.epsilon, gradient=hp.gradient,
-            max_iter=hp.sinkhorn_max_iter, tol=hp.sinkhorn_tol, reg_m=hp.reg_m, g_init=warm,
+            z, centers, self.proportions, epsilon=epsilon, gradient=hp.gradient,
+            max_iter=hp.sinkhorn_max_iter, tol=hp.sinkhorn_tol, reg_m=reg_m, g_init=warm,
             distributed=world > 1,
         )
         g = res.g.detach()
@@ -177,7 +210,8 @@ class DeepClustering(L.LightningModule):
         # gradients over ranks, so scale the share back up.
         loss = loss * world
         return loss, {"sinkhorn_iters": float(res.n_iter), "sinkhorn_error": float(res.marginal_error),
-                      "sinkhorn_converged": float(res.converged)}
+                      "sinkhorn_converged": float(res.converged), "epsilon": epsilon,
+                      **({"reg_m": reg_m} if reg_m is not None else {})}
 
     def training_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int) -> Tensor:
         x = batch[0]

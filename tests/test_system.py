@@ -114,3 +114,34 @@ def test_batch_mean_cost_is_scale_free(clustering):
     plain.centers.data.mul_(0.1)
     small, _ = plain.clustering_loss(0.1 * z)
     assert small < 0.5 * big
+
+
+def test_switch_restarts_the_centers_adam_state_and_the_step_decay(data_dir):
+    """At the switch the centers get a fresh Adam state and the step decay counts joint epochs only."""
+    dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", subset=300, batch_size=100)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=10, lr_decay_epochs=1, lr_decay_gamma=0.5,
+                            kmeans_n_init=1)
+    trainer = L.Trainer(max_epochs=3, limit_val_batches=0, logger=False, enable_checkpointing=False,
+                        callbacks=[PhaseSwitch(pretrain_epochs=2, kmeans_n_init=1)], enable_progress_bar=False,
+                        enable_model_summary=False)
+    trainer.fit(module, datamodule=dm)
+    opt = trainer.optimizers[0]
+    # 3 batches an epoch: the encoder took 9 Adam steps, the centers only the 3 of the joint epoch.
+    assert opt.state[module.autoencoder.encoder[1][0].weight]["step"].item() == 9
+    assert opt.state[module.centers]["step"].item() == 3
+    # The joint epoch ran at the initial lr (the schedule was restarted), then one decay step.
+    assert int(module.joint_start_epoch) == 2
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.5e-3)
+
+
+def test_annealing_is_geometric_over_the_joint_epochs():
+    module = DeepClustering(MLPAutoencoder(), num_clusters=4, epsilon=0.01, anneal_epochs=4, epsilon_start=1.0,
+                            reg_m_start=0.1)
+    module.joint_start_epoch.fill_(-2)  # current_epoch is 0 without a trainer: two joint epochs done
+    eps, tau = module.schedule()
+    assert eps == pytest.approx(0.1)  # halfway in log space from 1 to 0.01
+    assert tau == pytest.approx((0.1 * 100.0) ** 0.5)  # from 0.1 to 1e4 * epsilon = 100
+    module.joint_start_epoch.fill_(-4)
+    assert module.schedule() == (0.01, None)  # balanced from anneal_epochs on
+    with pytest.raises(ValueError, match="epsilon_start"):
+        DeepClustering(MLPAutoencoder(), epsilon_start=0.0)
