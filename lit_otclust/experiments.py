@@ -77,6 +77,17 @@ def read_curves(csv_path: Path, keys: tuple[str, ...] | None = CURVE_KEYS) -> di
     return dict(sorted(rows.items()))
 
 
+def _commit() -> str | None:
+    """The code's git commit (with ``+dirty`` if the tree has changes), so a record names what ran."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
 def _run_one(out: Path, config: str, point: dict[str, str], fixed: dict[str, str], seed: int, threads: int,
              wandb: bool) -> str:
     name = _run_name(config, point, seed)
@@ -93,6 +104,8 @@ def _run_one(out: Path, config: str, point: dict[str, str], fixed: dict[str, str
         cmd += ["--ckpt_path", "last"]  # an interrupted run continues
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
            "WANDB_MODE": os.environ.get("WANDB_MODE", "offline") if wandb else "disabled", "WANDB_SILENT": "true"}
+    # The record's command, as a user types it in a fresh clone: relative config, no interpreter path.
+    portable = ["python", *cmd[1:5], f"configs/{config}.yaml", *cmd[6:]]
     start = time.time()
     root.mkdir(parents=True, exist_ok=True)
     with open(root / "stdout.log", "a") as log:
@@ -106,7 +119,8 @@ def _run_one(out: Path, config: str, point: dict[str, str], fixed: dict[str, str
     dataset, _, method = config.partition("_")
     record = {"name": name, "config": config, "dataset": dataset, "method": method, "seed": seed,
               "grid": point, "fixed": fixed, "seconds": round(time.time() - start, 1),
-              "final": curves[max(curves)] if curves else {}, "curves": curves, "command": " ".join(cmd)}
+              "final": curves[max(curves)] if curves else {}, "curves": curves, "command": " ".join(portable),
+              "commit": _commit()}
     result.write_text(json.dumps(record, indent=1) + "\n")
     return f"done {name}: val/acc {record['final'].get('val/acc', float('nan')):.4f} in {record['seconds']:.0f}s"
 

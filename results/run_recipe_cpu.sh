@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Issue #14, recipe study on a 40-epoch proxy: OT from scratch on full MNIST, seeds 0-4, against
+# the current recipe (lambda = 1/300, epsilon = 1e-2, balanced) and soft k-means of the same seeds.
+# Candidates: the size constraint annealed from loose (reg_m 0.01, nearly soft k-means) to balanced
+# over 20 epochs; epsilon annealed from 1 to 1e-2 over 20 epochs (DKM anneals its temperature).
+# Two lanes of one run each (2 cores); rerunning skips finished runs and resumes interrupted ones.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DATA=${DATA:-../shared/data}
+OUT=results/study_recipe
+RUN="python -m lit_otclust.experiments run --out $OUT --seeds 0 1 2 3 4 --jobs 1 --threads 1"
+SET="trainer.max_epochs=40 data.data_dir=$DATA"
+(   $RUN --configs mnist_ot mnist_soft_kmeans --set $SET ) &
+(   $RUN --configs mnist_ot --grid model.reg_m_start=0.01 --set model.anneal_epochs=20 $SET
+    $RUN --configs mnist_ot --grid model.epsilon_start=1.0 --set model.anneal_epochs=20 $SET ) &
+wait
+python -m lit_otclust.experiments table --out $OUT
