@@ -95,7 +95,9 @@ class _Group:
 def _check_weights(w: Tensor | None, size: int, name: str, group: _Group, like: Tensor) -> Tensor:
     """Validate weights; ``group`` is the one the weights are split over (rows), a no-op one otherwise."""
     if w is None:
-        return torch.full((size,), 1.0 / group.sum(torch.tensor(float(size))).item(), dtype=like.dtype, device=like.device)
+        # Every tensor entering a collective lives on the cost's device: NCCL has no CPU tensors.
+        total = group.sum(torch.tensor(float(size), dtype=torch.float64, device=like.device)).item()
+        return torch.full((size,), 1.0 / total, dtype=like.dtype, device=like.device)
     w = torch.as_tensor(w, device=like.device)
     if w.dim() != 1 or w.shape[0] != size:
         raise ValueError(f"`{name}` must have shape ({size},) to match the cost, got {tuple(w.shape)}")
@@ -145,12 +147,15 @@ def _sinkhorn_inplace(cost, a, b, f, g, eps, iters, reg_m, group):
 
     The buffer holds the plan P = exp((f + g - C) / eps) after a row update, so P <= a <= 1. Its column
     sums are the column log-sum-exp shifted by the old g (nothing can overflow), and the row update then
-    needs only P @ exp(dg / eps), the row sums of the plan with the new g. Where such a shift is unsafe (a
-    mass near underflow, a large step) it falls back to the max-shifted log-sum-exp. f, g in cost units.
+    needs only P @ exp(dg / eps), the row sums of the plan with the new g. Such a shift is unsafe when a
+    mass is near underflow or a step is large; the iterations record that on the device instead of
+    asking the host each time (a GPU would stall on every check), and the whole block is redone with
+    max-shifted log-sum-exp updates if it happened anywhere, on any rank. f, g in cost units.
     """
     dtype = cost.dtype
     log_a, log_b = a.log(), b.log()
     lam = _unbalanced_factor(eps, reg_m)
+    tiny, max_step = _TINY[dtype], _MAX_LOG_STEP[dtype]
     buf = torch.empty_like(cost)  # (n, K), reused every iteration
     ones_n, ones_k = torch.ones_like(a)[:, None], torch.ones_like(b)[None, :]
 
@@ -168,22 +173,25 @@ def _sinkhorn_inplace(cost, a, b, f, g, eps, iters, reg_m, group):
         return f + eps * (log_a - row.log() - shift[:, 0])
 
     f = rows_safe(f, g)
+    if iters < 1:
+        return f, g
+    f0, g0 = f, g  # the block's start: f and g are never modified in place
+    unsafe = torch.zeros((), dtype=torch.bool, device=cost.device)
     for _ in range(iters):
         col = group.sum(buf.sum(0))  # (K,) column marginal of the current plan
-        if bool((col > _TINY[dtype]).all()):
-            g_new = lam * (eps * (log_b - col.log()) + g)
-            step = (g_new - g) / eps
-            if step.max().item() <= _MAX_LOG_STEP[dtype]:
-                row = buf @ step.exp()  # (n,) row sums of the plan with the new g
-                if bool((row > _TINY[dtype]).all()):
-                    g, f = g_new, f + eps * (log_a - row.log())
-                    exp_(log_plan(f, g))
-                    continue
-        else:  # column log-sum-exp of (f - C) / eps, max-shifted and reduced over ranks
-            shift = group.max(log_plan(f, g).amax(0))  # (K,)
-            lse = group.sum(exp_(buf.sub_(shift)).sum(0)).log() + shift - g / eps
-            g_new = lam * eps * (log_b - lse)
-        g = g_new
+        g_new = lam * (eps * (log_b - col.clamp_min(tiny).log()) + g)
+        step = (g_new - g) / eps  # (K,)
+        row = buf @ step.clamp_max(max_step).exp()  # (n,) row sums of the plan with the new g
+        unsafe |= (col <= tiny).any() | (step.max() > max_step) | (row <= tiny).any()
+        g, f = g_new, f + eps * (log_a - row.clamp_min(tiny).log())
+        exp_(log_plan(f, g))
+    if not bool(group.max(unsafe.to(dtype).reshape(1)) > 0):  # the block's one host sync
+        return f, g
+    f, g = rows_safe(f0, g0), g0
+    for _ in range(iters):  # column log-sum-exp of (f - C) / eps, max-shifted and reduced over ranks
+        shift = group.max(log_plan(f, g).amax(0))  # (K,)
+        lse = group.sum(exp_(buf.sub_(shift)).sum(0)).log() + shift - g / eps
+        g = lam * eps * (log_b - lse)
         f = rows_safe(f, g)
     return f, g
 
@@ -363,7 +371,7 @@ def sinkhorn(
     n, k = cost.shape
     a = _check_weights(a, n, "a", group, cost)
     b = _check_weights(b, k, "b", _Group(False), cost)  # every rank holds all of b
-    n_total = int(group.sum(torch.tensor(float(n))).item())
+    n_total = int(group.sum(torch.tensor(float(n), device=cost.device)).item())
     if n_total < k:
         warnings.warn(f"fewer points ({n_total}) than clusters ({k}): some clusters must share points",
                       RuntimeWarning, stacklevel=2)

@@ -204,7 +204,8 @@ class DeepClustering(L.LightningModule):
             g = g * scale.detach() ** 2  # back to the units of ||z - mu||^2, for the assignment
         g = g - g.mean()  # fix the gauge (f + c, g - c) before averaging
         self.g_count += 1
-        rate = max(0.01, 1.0 / self.g_count.item())  # running mean, then an EMA over ~100 batches
+        # Running mean, then an EMA over ~100 batches; on the device, so a GPU step never waits on the host.
+        rate = self.g_count.reciprocal().clamp_min(0.01)
         self.g_avg.mul_(1 - rate).add_(rate * g)
         # Distributed Sinkhorn returns this rank's share of the global loss; DDP averages
         # gradients over ranks, so scale the share back up.
@@ -223,11 +224,8 @@ class DeepClustering(L.LightningModule):
             # Zero-weight use of the centers keeps DDP's every-parameter-gets-a-gradient rule.
             clust, stats = self.centers.sum() * 0.0, {}
         loss = recon + self.hparams.clustering_weight * clust
-        bs = x.shape[0]
-        self.log_dict({"train/loss": loss, "train/recon": recon, "train/cluster": clust},
-                      on_step=False, on_epoch=True, batch_size=bs, sync_dist=True)
-        if stats:
-            self.log_dict({f"train/{k}": v for k, v in stats.items()}, on_step=False, on_epoch=True, batch_size=bs)
+        logged = {"train/loss": loss, "train/recon": recon, "train/cluster": clust, **{f"train/{k}": v for k, v in stats.items()}}
+        self.log_dict(logged, on_step=False, on_epoch=True, batch_size=x.shape[0], sync_dist=True)
         return loss
 
     def configure_optimizers(self):

@@ -253,3 +253,38 @@ def test_distributed_matches_single_process():
         assert torch.allclose(g, single.g, atol=1e-10) and n_iter == single.n_iter
         assert "unrolled" in unrolled_error
     assert np.isclose(sum(loss for *_, loss, _ in out), single_loss.item(), rtol=1e-12)
+
+
+def _device_worker(rank, world_size, cost, b, z, centers):
+    import torch.distributed as dist
+
+    seen = []
+    all_reduce = dist.all_reduce
+
+    def recording_all_reduce(tensor, *args, **kwargs):
+        seen.append(str(tensor.device))
+        return all_reduce(tensor, *args, **kwargs)
+
+    dist.all_reduce = recording_all_reduce
+    # A tensor built without an explicit device lands on the default one. Making that "meta" (a device
+    # that is not the cost's) exposes every such tensor at the collective, as a CPU tensor would under
+    # NCCL with the cost on a GPU.
+    torch.set_default_device("meta")
+    try:
+        rows = slice(rank * 45, (rank + 1) * 45)
+        sinkhorn(cost[rows], b=b, epsilon=0.01, distributed=True)  # a = None: the global uniform weights
+        ot_clustering_loss(z[rows], centers, b, epsilon=0.01, reg_m=1.0, distributed=True)
+    finally:
+        torch.set_default_device(None)
+        dist.all_reduce = all_reduce
+    return seen
+
+
+@pytest.mark.distributed
+def test_every_collective_gets_tensors_on_the_cost_device():
+    from _dist import run_in_processes
+
+    z, centers, _, b = _problem(90, 4, 16)
+    cost = squared_distances(z, centers)
+    for seen in run_in_processes(_device_worker, 2, cost, b, z, centers):
+        assert seen and set(seen) == {"cpu"}, seen

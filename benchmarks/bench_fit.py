@@ -1,0 +1,112 @@
+"""Whole-process time of ``lit_otclust fit`` against the bare PyTorch loop doing the same work.
+
+    python -m benchmarks.bench_fit --data-dir ../shared/data [--dataset mnist] [--epochs 3] [--pairs 3]
+
+Runs ``python -m lit_otclust fit --config configs/<dataset>_ot.yaml --trainer.max_epochs E`` (the
+config as a user runs it: CSV and offline W&B logging, a checkpoint every epoch, evaluation on the
+fitted images and the test split every epoch) and ``python -m benchmarks.bare_loop`` alternately,
+``pairs`` times each, and prints the median wall time and CPU time (user + system, children
+included) of each, their ratios, and the per-step and evaluation times both report. The fit's
+step and evaluation times come from :class:`StepTimer`, added with ``--trainer.callbacks``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import lightning as L
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class StepTimer(L.Callback):
+    """Seconds of training batches and of evaluation per epoch, written as JSON to ``path`` at the end."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.train_s, self.eval_s, self.steps = path, 0.0, 0.0, 0
+        self._t = 0.0
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self._t = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.steps += 1
+
+    def on_validation_epoch_start(self, trainer, pl_module) -> None:
+        if trainer.state.fn == "fit":
+            self.train_s += time.perf_counter() - self._t
+        self._t = time.perf_counter()
+
+    def on_validation_epoch_end(self, trainer, pl_module) -> None:
+        self.eval_s += time.perf_counter() - self._t
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        Path(self.path).write_text(json.dumps({"train_s": self.train_s, "eval_s": self.eval_s, "steps": self.steps,
+                                               "ms_per_step": 1e3 * self.train_s / max(self.steps, 1)}))
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """Wall seconds, CPU seconds (user + sys of the child and its children) and stdout of one command."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, proc.stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dataset", choices=["mnist", "cifar10"], default="mnist")
+    parser.add_argument("--data-dir", default="../shared/data")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--fit-args", nargs="*", default=[], help="extra overrides for the fit, e.g. --trainer.logger=false")
+    args = parser.parse_args()
+    env = {**os.environ, "WANDB_MODE": os.environ.get("WANDB_MODE", "offline"), "WANDB_SILENT": "true"}
+    data_dir = str(Path(args.data_dir).resolve())
+    rows: dict[str, list[tuple[float, float, dict]]] = {"fit": [], "bare": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for pair in range(args.pairs):
+            timer_file = Path(tmp) / f"timer{pair}.json"
+            fit = [sys.executable, "-m", "lit_otclust", "fit", "--config", f"configs/{args.dataset}_ot.yaml",
+                   "--trainer.max_epochs", str(args.epochs), "--data.data_dir", data_dir,
+                   "--trainer.default_root_dir", f"{tmp}/run{pair}", "--trainer.enable_progress_bar", "true",
+                   "--trainer.callbacks+=benchmarks.bench_fit.StepTimer",
+                   f"--trainer.callbacks.init_args.path={timer_file}", *args.fit_args]
+            bare = [sys.executable, "-m", "benchmarks.bare_loop", "--dataset", args.dataset, "--epochs",
+                    str(args.epochs), "--data-dir", data_dir]
+            for name, cmd in (("fit", fit), ("bare", bare)) if pair % 2 == 0 else (("bare", bare), ("fit", fit)):
+                wall, cpu, out = timed(cmd, env)
+                info = json.loads(timer_file.read_text()) if name == "fit" else json.loads(out.strip().splitlines()[-1])
+                rows[name].append((wall, cpu, info))
+                print(f"pair {pair} {name:4s}: wall {wall:6.1f} s  cpu {cpu:6.1f} s  "
+                      f"{info['ms_per_step']:.1f} ms/step  eval {info['eval_s'] / args.epochs:.2f} s/epoch", flush=True)
+    med = {name: {"wall": statistics.median(r[0] for r in rs), "cpu": statistics.median(r[1] for r in rs),
+                  "step": statistics.median(r[2]["ms_per_step"] for r in rs),
+                  "eval": statistics.median(r[2]["eval_s"] / args.epochs for r in rs),
+                  "epoch": statistics.median((r[2]["train_s"] + r[2]["eval_s"]) / args.epochs for r in rs)}
+           for name, rs in rows.items()}
+    print(f"\n{args.dataset}, {args.epochs} epochs, median of {args.pairs} (run alternately):")
+    print("            |  wall s |   cpu s | ms/step | eval s/epoch | eval share of epoch")
+    for name in ("fit", "bare"):
+        m = med[name]
+        print(f"  {name:9s} | {m['wall']:7.1f} | {m['cpu']:7.1f} | {m['step']:7.1f} | {m['eval']:12.2f} | {m['eval'] / m['epoch']:.1%}")
+    f, b = med["fit"], med["bare"]
+    print(f"  ratio     | {f['wall'] / b['wall']:6.2f}x | {f['cpu'] / b['cpu']:6.2f}x | {f['step'] / b['step']:6.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
