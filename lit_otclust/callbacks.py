@@ -53,6 +53,22 @@ class PhaseSwitch(L.Callback):
             if not hasattr(pl_module, attr):
                 raise AttributeError(f"PhaseSwitch needs a module with `{attr}` (a DeepClustering); "
                                      f"{type(pl_module).__name__} has none")
+        if stage != "fit" or self.phase == "joint":
+            return
+        # Checked before the first step, not when the switch comes (after all of pre-training).
+        if getattr(trainer.datamodule, "fit_set", None) is None:
+            raise ValueError("PhaseSwitch initialises the centers by k-means on every fitted image and reads them from "
+                             "the data module's `fit_set`; pass a data module that has one (e.g. MNISTDataModule) "
+                             "instead of bare dataloaders")
+        clustering = getattr(pl_module.hparams, "clustering", "ot")
+        max_epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs >= 0 else None
+        if clustering != "none" and max_epochs is not None and self.pretrain_epochs >= max_epochs:
+            raise ValueError(f"phases.pretrain_epochs ({self.pretrain_epochs}) must be below trainer.max_epochs "
+                             f"({max_epochs}), or the clustering loss never trains")
+        batch_size = getattr(trainer.datamodule, "batch_size", None)
+        if clustering == "ot" and batch_size is not None and batch_size < len(pl_module.centers):
+            raise ValueError(f"data batch_size ({batch_size}) is below the number of clusters "
+                             f"({len(pl_module.centers)}): a batch cannot fill every cluster's share")
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Runs after a checkpoint's callback state is restored, so `phase` is already the resumed one.

@@ -14,6 +14,7 @@ loss) are switched by :class:`lit_otclust.callbacks.PhaseSwitch`; this module on
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import lightning as L
@@ -115,15 +116,23 @@ class DeepClustering(L.LightningModule):
             raise ValueError(f"reconstruction must be 'sse' or 'mse', got {reconstruction!r}")
         if assignment not in ("distance", "potential"):
             raise ValueError(f"assignment must be 'distance' or 'potential', got {assignment!r}")
-        if num_clusters < 1:
-            raise ValueError(f"num_clusters must be >= 1, got {num_clusters}")
+        if num_clusters < 2:
+            raise ValueError(f"num_clusters must be >= 2, got {num_clusters}")
+        if not (math.isfinite(epsilon) and epsilon > 0):
+            raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+        if reg_m is not None and not reg_m > 0:
+            raise ValueError(f"reg_m must be > 0 (or None: balanced OT), got {reg_m!r}")
         if anneal_epochs < 0:
             raise ValueError(f"anneal_epochs must be >= 0, got {anneal_epochs}")
         for name, value in (("epsilon_start", epsilon_start), ("reg_m_start", reg_m_start)):
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be > 0 (or None: no annealing), got {value!r}")
-        if proportions is not None and len(proportions) != num_clusters:
-            raise ValueError(f"proportions has {len(proportions)} entries but num_clusters is {num_clusters}")
+        if proportions is not None:
+            # Checked here, not at the first joint step (after all of pre-training in the (p) configs).
+            if len(proportions) != num_clusters:
+                raise ValueError(f"proportions has {len(proportions)} entries but num_clusters is {num_clusters}")
+            if not all(math.isfinite(p) and p >= 0 for p in proportions) or abs(sum(proportions) - 1.0) > 1e-6:
+                raise ValueError(f"proportions must be finite, non-negative and sum to 1 (within 1e-6), got {list(proportions)}")
         # The autoencoder stays in hparams: under LightningCLI it is its class_path config, which
         # lets load_from_checkpoint rebuild it.
         self.save_hyperparameters()
@@ -175,6 +184,25 @@ class DeepClustering(L.LightningModule):
             reg_m = hp.reg_m_start * (end / hp.reg_m_start) ** t
         return eps, reg_m
 
+    def setup(self, stage: str) -> None:
+        if self.hparams.cost_scale == "batch_mean" and self.trainer.world_size > 1:
+            raise ValueError("cost_scale='batch_mean' divides each rank's cost by its own batch mean, which makes the "
+                             "ranks solve inconsistent problems under DDP; use cost_scale='none' with several devices")
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """A checkpoint of another configuration fails here, naming the setting, not in a tensor-shape traceback."""
+        state = checkpoint.get("state_dict", {})
+        if "centers" in state and state["centers"].shape != self.centers.shape:
+            (k, p), (k_now, p_now) = state["centers"].shape, self.centers.shape
+            setting = "num_clusters (the data's num_classes)" if k != k_now else "the autoencoder's latent_dim"
+            raise ValueError(f"checkpoint has {k} centers of dimension {p}, this model {k_now} of dimension {p_now}: "
+                             f"{setting} differs from the run that wrote it")
+        mine = self.state_dict()
+        for name, value in state.items():
+            if name in mine and mine[name].shape != value.shape:
+                raise ValueError(f"checkpoint's {name} has shape {tuple(value.shape)}, this model's "
+                                 f"{tuple(mine[name].shape)}: the autoencoder settings differ from the run that wrote it")
+
     # ---- losses -------------------------------------------------------------------------------
     def reconstruction_loss(self, x: Tensor, x_hat: Tensor) -> Tensor:
         err = (x_hat - x).pow(2).flatten(1)  # (B, d)
@@ -202,7 +230,11 @@ class DeepClustering(L.LightningModule):
         self.g_last.copy_(g)
         if scale is not None:
             g = g * scale.detach() ** 2  # back to the units of ||z - mu||^2, for the assignment
-        g = g - g.mean()  # fix the gauge (f + c, g - c) before averaging
+        # Fix the gauge (f + c, g - c) before averaging. A cluster of proportion 0 has g = -inf (it can
+        # take no mass): it stays out of the mean, and its average stays -inf, so the potential rule
+        # never assigns to it, instead of turning g_avg into NaN for good.
+        finite = torch.isfinite(g)
+        g = g - torch.where(finite, g, 0.0).sum() / finite.sum()
         self.g_count += 1
         # Running mean, then an EMA over ~100 batches; on the device, so a GPU step never waits on the host.
         rate = self.g_count.reciprocal().clamp_min(0.01)

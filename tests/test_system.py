@@ -87,8 +87,9 @@ def test_centers_do_not_move_while_pretraining(data_dir):
     module.centers.data.normal_()
     before = module.centers.detach().clone()
     enc_before = module.autoencoder.encoder[1][0].weight.detach().clone()
-    trainer = L.Trainer(max_epochs=2, limit_val_batches=0, logger=False, enable_checkpointing=False,
-                        callbacks=[PhaseSwitch(pretrain_epochs=5)], enable_progress_bar=False,
+    # Two epochs of 3 batches, stopped by max_steps inside the 3 pre-training epochs.
+    trainer = L.Trainer(max_epochs=4, max_steps=6, limit_val_batches=0, logger=False, enable_checkpointing=False,
+                        callbacks=[PhaseSwitch(pretrain_epochs=3)], enable_progress_bar=False,
                         enable_model_summary=False)
     trainer.fit(module, datamodule=dm)
     assert not module.joint
@@ -145,3 +146,65 @@ def test_annealing_is_geometric_over_the_joint_epochs():
     assert module.schedule() == (0.01, None)  # balanced from anneal_epochs on
     with pytest.raises(ValueError, match="epsilon_start"):
         DeepClustering(MLPAutoencoder(), epsilon_start=0.0)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"proportions": [0.5, 0.6, -0.1]}, "proportions"),
+    ({"proportions": [0.5, 0.4, 0.2]}, "sum to 1"),
+    ({"proportions": [float("nan"), 0.5, 0.5]}, "proportions"),
+    ({"num_clusters": 1, "proportions": None}, "num_clusters"),
+    ({"epsilon": 0.0}, "epsilon"),
+    ({"reg_m": -1.0}, "reg_m"),
+])
+def test_settings_are_checked_when_the_module_is_built(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        DeepClustering(MLPAutoencoder(), **{"num_clusters": 3, **kwargs})
+
+
+def test_a_zero_proportion_keeps_the_potential_average_finite_elsewhere():
+    """w_k = 0: cluster k takes no mass, its g stays -inf (never chosen by the potential rule), no NaN."""
+    torch.manual_seed(0)
+    module = DeepClustering(MLPAutoencoder(latent_dim=2), num_clusters=3, proportions=[0.5, 0.5, 0.0], epsilon=0.1)
+    module.centers.data = torch.tensor([[0.0, 0.0], [3.0, 0.0], [0.0, 3.0]])
+    z = torch.randn(60, 2) + torch.tensor([1.5, 1.5])
+    for _ in range(3):
+        module.clustering_loss(z)
+    assert torch.isfinite(module.g_avg[:2]).all() and module.g_avg[2].item() == float("-inf")
+    assert module.g_avg[:2].sum().abs().item() < 1e-5  # the gauge: mean zero over the live clusters
+    assert (module.assign(z, "potential") != 2).all()
+
+
+def _tiny_fit(data_dir, module, switch, **trainer_kwargs):
+    dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", subset=300, batch_size=100)
+    trainer = L.Trainer(limit_val_batches=0, logger=False, enable_checkpointing=False, callbacks=[switch],
+                        enable_progress_bar=False, enable_model_summary=False, **trainer_kwargs)
+    return trainer, dm
+
+
+def test_phase_settings_are_checked_before_the_first_step(data_dir):
+    module = DeepClustering(MLPAutoencoder(), num_clusters=10)
+    trainer, dm = _tiny_fit(data_dir, module, PhaseSwitch(pretrain_epochs=3), max_epochs=3)
+    with pytest.raises(ValueError, match="pretrain_epochs"):
+        trainer.fit(module, datamodule=dm)
+    assert trainer.global_step == 0
+    many = DeepClustering(MLPAutoencoder(), num_clusters=200)
+    trainer, dm = _tiny_fit(data_dir, many, PhaseSwitch(pretrain_epochs=0), max_epochs=1)
+    with pytest.raises(ValueError, match="batch_size"):
+        trainer.fit(many, datamodule=dm)
+    trainer, dm = _tiny_fit(data_dir, module, PhaseSwitch(pretrain_epochs=0), max_epochs=1)
+    dm.setup("fit")
+    with pytest.raises(ValueError, match="fit_set"):
+        trainer.fit(module, train_dataloaders=dm.train_dataloader())
+
+
+def test_a_checkpoint_of_another_config_names_the_setting(data_dir, tmp_path):
+    module = DeepClustering(MLPAutoencoder(), num_clusters=10, kmeans_n_init=1)
+    trainer, dm = _tiny_fit(data_dir, module, PhaseSwitch(pretrain_epochs=0, kmeans_n_init=1), max_epochs=1)
+    trainer.fit(module, datamodule=dm)
+    trainer.save_checkpoint(tmp_path / "k10.ckpt")
+    for other, match in ((DeepClustering(MLPAutoencoder(), num_clusters=5), "num_clusters"),
+                         (DeepClustering(MLPAutoencoder(latent_dim=4), num_clusters=10), "latent_dim"),
+                         (DeepClustering(MLPAutoencoder(hidden_dims=(400, 250)), num_clusters=10), "autoencoder")):
+        trainer, dm = _tiny_fit(data_dir, other, PhaseSwitch(), max_epochs=1)
+        with pytest.raises(ValueError, match=match):
+            trainer.validate(other, datamodule=dm, ckpt_path=tmp_path / "k10.ckpt", verbose=False, weights_only=False)
