@@ -304,6 +304,10 @@ class _ImageDataModule(L.LightningDataModule):
             return DataLoader(dataset, batch_size=self.batch_size, sampler=sampler, drop_last=self.drop_last, **common)
         sampler = None
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            if len(dataset) < dist.get_world_size():
+                # A rank with no evaluation batch skips the evaluation loop while the others wait for it.
+                raise ValueError(f"an evaluation set of {len(dataset)} samples cannot be shared by "
+                                 f"{dist.get_world_size()} ranks; use more samples (data subset) or fewer devices")
             # Lightning's default DistributedSampler pads with repeated samples; this one does not,
             # so each sample is evaluated exactly once. Lightning keeps a DistributedSampler subclass.
             sampler = UnrepeatedDistributedSampler(dataset, num_replicas=dist.get_world_size(), rank=dist.get_rank(), shuffle=False)

@@ -314,14 +314,21 @@ class DeepClustering(L.LightningModule):
         if self.uses_kmeans_eval:
             self._log_kmeans_eval()
             return
-        for idx, name in enumerate(EVAL_SETS):
-            if idx in self._eval_sizes:
-                self._log_metrics(name, name)
-                self._log_sizes(name, self.trainer.strategy.reduce(self._eval_sizes[idx].float(), reduce_op="sum"))
+        # Every evaluation set the loaders have, not only those this rank saw a batch of: under DDP a
+        # rank whose shard of a small set is empty must still join the collectives, or the others hang.
+        for idx in range(len(self.trainer.num_val_batches)):
+            name = EVAL_SETS[idx]
+            sizes = self._eval_sizes.get(idx, torch.zeros(len(self.centers), dtype=torch.long, device=self.device))
+            self._log_metrics(name, name)
+            self._log_sizes(name, self.trainer.strategy.reduce(sizes.float(), reduce_op="sum"))
 
     def _gather(self, idx: int) -> tuple[Tensor, Tensor]:
         """All ranks' embeddings and labels of evaluation set ``idx`` (the shards differ by <= 1)."""
-        z, y = torch.cat(self._eval_z[idx]), torch.cat(self._eval_y[idx])
+        z_parts, y_parts = self._eval_z.get(idx, []), self._eval_y.get(idx, [])
+        if z_parts:
+            z, y = torch.cat(z_parts), torch.cat(y_parts)
+        else:  # this rank's shard is empty (DDP on a set smaller than the ranks)
+            z, y = torch.zeros(0, self.autoencoder.latent_dim), torch.zeros(0, dtype=torch.long)
         if self.trainer.world_size == 1:
             return z, y
         n = torch.tensor([len(y)], device=self.device)
@@ -339,9 +346,8 @@ class DeepClustering(L.LightningModule):
         # Keep them as the model's centers, so test and predict assign by them too (the centers
         # are not trained in this phase: they get zero gradients).
         self.centers.data.copy_(centers.to(self.centers))
-        for idx, name in enumerate(EVAL_SETS):
-            if idx not in self._eval_z:
-                continue
+        for idx in range(len(self.trainer.num_val_batches)):  # all sets, also those this rank has no batch of
+            name = EVAL_SETS[idx]
             z, y = (z_fit, y_fit) if idx == 0 else self._gather(idx)
             pred = squared_distances(z, centers).argmin(1)
             res = hungarian_accuracy(pred, y, K, K)

@@ -16,5 +16,8 @@ DATA_DIR = Path(os.environ.get("LIT_OTCLUST_DATA", REPO_ROOT.parent / "shared" /
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     if not (DATA_DIR / "MNIST" / "raw").is_dir():
+        if os.environ.get("CI"):
+            # In CI a skipped data test would make a green run mean nothing: the data must be there.
+            pytest.fail(f"CI: offline data not found at {DATA_DIR} (set LIT_OTCLUST_DATA to the folder holding MNIST/)")
         pytest.skip(f"offline data not found at {DATA_DIR} (set LIT_OTCLUST_DATA to the folder holding MNIST/ and cifar-10-batches-py/)")
     return DATA_DIR

@@ -36,3 +36,16 @@ def test_ddp_fit_evaluates_every_sample_once(data_dir, tmp_path, monkeypatch):
     ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
     assert torch.isfinite(ckpt["state_dict"]["g_avg"]).all()
     assert bool(ckpt["state_dict"]["joint_phase"])
+
+
+@pytest.mark.distributed
+def test_ddp_refuses_an_evaluation_set_smaller_than_the_ranks_instead_of_hanging(data_dir, tmp_path):
+    # One sample, two ranks: one rank would have no batch, skip the evaluation loop and leave the other
+    # waiting in a collective forever. It must end with an error that says why.
+    cmd = [sys.executable, "-m", "lit_otclust", "validate", "--config", SMOKE, "--data.data_dir", str(data_dir),
+           "--data.init_args.subset", "1", "--data.init_args.batch_size", "1", "--trainer.default_root_dir",
+           str(tmp_path), "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
+           "--trainer.logger", "false"]
+    proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "WANDB_MODE": "disabled"}, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode != 0 and "cannot be shared by 2 ranks" in proc.stderr, proc.stderr[-3000:]
