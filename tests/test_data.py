@@ -141,6 +141,14 @@ def test_loaders_yield_index_tuples(data_dir: Path) -> None:
     assert [len(b[0]) for b in train_batches] == [300, 300, 300]  # drop_last: every OT batch is full
     seen = torch.cat([index for _, _, index in train_batches])
     assert len(torch.unique(seen)) == 900 and not torch.equal(seen, seen.sort().values)  # shuffled, no repeats
+    # A new order every epoch, the same one again for the same (seed, epoch): what resuming relies on.
+    sampler = module.train_dataloader().sampler
+    orders = {}
+    for epoch in (0, 1, 0):
+        sampler.set_epoch(epoch)
+        orders.setdefault(epoch, []).append(list(sampler))
+    assert orders[0][0] == orders[0][1] and orders[0][0] != orders[1][0]
+    assert seen.tolist() == orders[0][0][:900]
     for x, y, index in train_batches:
         assert x.dtype == torch.float32 and y.dtype == torch.int64 and index.dtype == torch.int64
         assert torch.equal(x, module.fit_set.x[index]) and torch.equal(y, module.fit_set.y[index])
@@ -236,5 +244,8 @@ def test_missing_files_name_folder_files_and_remedy(module_class, expected: str,
 
 
 def test_prepare_data_with_files_present_needs_no_network(data_dir: Path) -> None:
-    # download=True (the default) must not try the network when the files are already there.
+    # download=True (the default) must not try the network when the files are already there: it neither
+    # fails (there is no network here) nor writes anything into the folder.
+    before = {p: p.stat().st_mtime_ns for p in (data_dir / "MNIST").rglob("*")}
     MNISTDataModule(str(data_dir)).prepare_data()
+    assert {p: p.stat().st_mtime_ns for p in (data_dir / "MNIST").rglob("*")} == before

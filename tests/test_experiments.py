@@ -55,4 +55,20 @@ def test_notebook_runs_on_a_tiny_result_set(tmp_path, monkeypatch):
     assert not [o for o in outputs if o.output_type == "error"]
     assert any("4 runs" in o.get("text", "") for o in outputs)
     assert any("image/png" in o.get("data", {}) for o in outputs)
+    # The notebook shows the table experiments.table renders from the same records: means, stds, ranges.
+    text = "".join(o.get("text", "") + o.get("data", {}).get("text/markdown", "") for o in outputs)
+    assert f"0.850 (± {np.std([0.8, 0.9], ddof=1):.3f}) | [0.800, 0.900]" in text
+    assert f"0.725 (± {np.std([0.7, 0.75], ddof=1):.3f}) | [0.700, 0.750]" in text
     assert (tmp_path / "sweep" / "figure1_mnist.png").stat().st_size > 1000
+
+
+def test_run_writes_the_record_of_a_real_fit(data_dir, tmp_path):
+    """``run`` on the smoke config: the record holds what the fit's CSV log holds, and a portable command."""
+    experiments.run(str(tmp_path), ["smoke"], seeds=[1], set=[f"data.init_args.data_dir={data_dir}",
+                                                                 "trainer.max_epochs=2"])
+    (record,) = experiments.load(tmp_path)
+    assert record["seed"] == 1 and sorted(record["curves"], key=int) == ["0", "1"]
+    csv_rows = experiments.read_curves(next((tmp_path / "runs").glob("*/csv/version_0/metrics.csv")))
+    assert record["final"]["val/acc"] == csv_rows[1]["val/acc"] > 0.2
+    assert record["command"].startswith("python -m lit_otclust fit --config configs/smoke.yaml --seed_everything 1")
+    assert "skip" in experiments._run_one(tmp_path, "smoke", {}, {}, 1, 1, False)  # a finished run is not redone

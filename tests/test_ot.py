@@ -288,3 +288,12 @@ def test_every_collective_gets_tensors_on_the_cost_device():
     cost = squared_distances(z, centers)
     for seen in run_in_processes(_device_worker, 2, cost, b, z, centers):
         assert seen and set(seen) == {"cpu"}, seen
+
+
+def test_the_docstring_examples_run():
+    import doctest
+
+    import lit_otclust.ot
+
+    result = doctest.testmod(lit_otclust.ot)
+    assert result.attempted > 0 and result.failed == 0

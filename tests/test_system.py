@@ -28,6 +28,26 @@ def test_autoencoders_reconstruct_the_input_shape():
     assert [(c.out_channels, c.kernel_size[0], c.stride[0]) for c in convs] == [(32, 5, 2), (64, 5, 2), (128, 3, 2)]
 
 
+@pytest.mark.parametrize("model,shape", [(MLPAutoencoder(), (64, 784)), (ConvAutoencoder(), (16, 3, 32, 32))])
+def test_the_reconstruction_goes_through_z_and_learns(model, shape):
+    """x_hat depends on x only through z (a decoder ignoring z, or a skip around it, fails), and training lowers it."""
+    torch.manual_seed(0)
+    x = torch.rand(shape)
+    z, x_hat = model(x)
+    torch.testing.assert_close(model.decoder(z), x_hat)
+    assert not torch.allclose(model.decoder(z + 1.0), x_hat)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    losses = []
+    for _ in range(60):
+        _, x_hat = model(x)
+        loss = (x_hat - x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+
+
 def test_bad_settings_name_themselves():
     with pytest.raises(ValueError, match="clustering"):
         DeepClustering(MLPAutoencoder(), clustering="kmeans")
@@ -50,6 +70,30 @@ def test_clustering_loss_is_the_library_loss(clustering):
     expected = (ot_clustering_loss(z, module.centers, w, epsilon=0.1)[0] if clustering == "ot"
                 else soft_kmeans_loss(z, module.centers, epsilon=0.1))
     torch.testing.assert_close(loss, expected)
+
+
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log\(\)`")
+def test_the_training_loss_weights_warm_starts_and_averages_as_documented():
+    """lambda, the warm start from the last batch's g and the running average of g, against the library."""
+    torch.manual_seed(0)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=4, epsilon=0.1, clustering_weight=0.25)
+    module.centers.data.normal_()
+    module.joint = True
+    w = torch.full((4,), 0.25)
+    gs = []
+    for step in range(3):
+        x = torch.rand(40, 784)
+        z, x_hat = module.autoencoder(x)
+        loss = module.training_step((x, torch.zeros(40, dtype=torch.long), torch.arange(40)), step)
+        warm = gs[-1] if gs else None
+        clust, res = ot_clustering_loss(z, module.centers, w, epsilon=0.1, g_init=warm, tol=module.hparams.sinkhorn_tol)
+        recon = (x_hat - x).pow(2).sum(1).mean()
+        torch.testing.assert_close(loss, recon + 0.25 * clust)
+        torch.testing.assert_close(module.g_last, res.g)
+        gs.append(res.g)
+    centred = [g - g.mean() for g in gs]
+    torch.testing.assert_close(module.g_avg, sum(centred) / 3)  # a running mean over the first batches
+    assert int(module.g_count) == 3
 
 
 def test_potential_assignment_shifts_by_g():
