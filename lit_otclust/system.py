@@ -242,7 +242,10 @@ class DeepClustering(L.LightningModule):
         # Distributed Sinkhorn returns this rank's share of the global loss; DDP averages
         # gradients over ranks, so scale the share back up.
         loss = loss * world
-        return loss, {"sinkhorn_iters": float(res.n_iter), "sinkhorn_error": float(res.marginal_error),
+        # The share of points the size constraint sends to another center than their nearest (0 for soft
+        # k-means): the batch noise a balanced plan pushes into the embedding (issue #14's diagnostic).
+        moved = (res.plan.argmax(1) != squared_distances(z.detach(), centers.detach()).argmin(1)).float().mean()
+        return loss, {"plan_moved": moved, "sinkhorn_iters": float(res.n_iter), "sinkhorn_error": float(res.marginal_error),
                       "sinkhorn_converged": float(res.converged), "epsilon": epsilon,
                       **({"reg_m": reg_m} if reg_m is not None else {})}
 
