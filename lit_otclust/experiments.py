@@ -213,6 +213,55 @@ def table(out: str, key: str = "val/acc", baselines: str | None = "results/kmean
     return text
 
 
+def _select(spec: str) -> list[dict]:
+    """Runs named by ``DIR:CONFIG[:key=value,...]`` (grid tags as in run names; none: the runs without a grid)."""
+    folder, _, rest = spec.partition(":")
+    config, _, tags = rest.partition(":")
+    if not config:
+        raise ValueError(f"{spec!r} must look like DIR:CONFIG[:key=value,...], e.g. results/study_recipe:mnist_ot")
+    want = sorted(t for t in tags.split(",") if t)
+    runs = [r for r in load(folder) if r["config"] == config and sorted(_tags(r["grid"])) == want]
+    if not runs:
+        raise ValueError(f"no runs of {config} with settings {want or 'none'} in {folder}")
+    return runs
+
+
+def _value(record: dict, key: str, epoch: int | None) -> float:
+    """``key`` at the end of the run, or at ``epoch`` of its curves (a shorter proxy of a longer run)."""
+    if epoch is None:
+        return record["final"][key]
+    curves = record["curves"]
+    if str(epoch) not in curves:
+        raise ValueError(f"{record['name']} has no epoch {epoch} (it has {len(curves)} epochs)")
+    return curves[str(epoch)][key]
+
+
+def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_b: str | None = None) -> dict[str, float]:
+    """Effect of a over b, paired by seed: mean difference ± its std, paired t-test and Welch p-values.
+
+    Args:
+        a, b: ``DIR:CONFIG[:key=value,...]``, e.g. ``results/study_recipe:mnist_ot:reg_m_start=0.01``.
+        key: the metric. epoch: compare at this epoch of the curves instead of the last one.
+        key_b: b's metric, if not ``key`` (e.g. two assignment rules of the same runs).
+    """
+    runs_a = {r["seed"]: _value(r, key, epoch) for r in _select(a)}
+    runs_b = {r["seed"]: _value(r, key_b or key, epoch) for r in _select(b)}
+    seeds = sorted(set(runs_a) & set(runs_b))
+    diff = np.array([runs_a[s] - runs_b[s] for s in seeds])
+    out = {"n_paired": len(seeds), "mean_a": float(np.mean(list(runs_a.values()))),
+           "mean_b": float(np.mean(list(runs_b.values()))), "paired_diff": float(diff.mean()) if len(diff) else np.nan,
+           "paired_sd": float(diff.std(ddof=1)) if len(diff) > 1 else np.nan,
+           "paired_p": float(stats.ttest_rel([runs_a[s] for s in seeds], [runs_b[s] for s in seeds]).pvalue)
+           if len(seeds) > 1 else np.nan,
+           "welch_p": float(stats.ttest_ind(list(runs_a.values()), list(runs_b.values()), equal_var=False).pvalue)
+           if min(len(runs_a), len(runs_b)) > 1 else np.nan}
+    at = "final" if epoch is None else f"epoch {epoch}"
+    print(f"{key}{'' if key_b in (None, key) else ' vs ' + key_b} at {at}: a {out['mean_a']:.3f} ({len(runs_a)} runs), b {out['mean_b']:.3f} ({len(runs_b)} runs); "
+          f"paired over seeds {seeds}: {out['paired_diff']:+.3f} ± {out['paired_sd']:.3f}, p = {out['paired_p']:.3g}; "
+          f"Welch p = {out['welch_p']:.3g}")
+    return out
+
+
 OTHER_METRICS = {"val/acc": "acc", "val/acc_potential": "acc, potential rule", "val/nmi": "NMI", "val/ari": "ARI",
                  "heldout/acc": "acc, test split", "val/size_min": "smallest cluster", "val/size_max": "largest cluster"}
 
@@ -312,8 +361,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--key", default="val/acc")
     p.add_argument("--grid_key", default=None)
+    p = sub.add_parser("compare", help=compare.__doc__.splitlines()[0])
+    p.add_argument("--a", required=True, metavar="DIR:CONFIG[:key=value,...]")
+    p.add_argument("--b", required=True, metavar="DIR:CONFIG[:key=value,...]")
+    p.add_argument("--key", default="val/acc")
+    p.add_argument("--epoch", type=int, default=None)
+    p.add_argument("--key_b", default=None)
     args = vars(parser.parse_args(argv))
-    {"run": run, "table": table, "figures": figures}[args.pop("command")](**args)
+    {"run": run, "table": table, "figures": figures, "compare": compare}[args.pop("command")](**args)
 
 
 if __name__ == "__main__":

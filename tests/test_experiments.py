@@ -72,3 +72,14 @@ def test_run_writes_the_record_of_a_real_fit(data_dir, tmp_path):
     assert record["final"]["val/acc"] == csv_rows[1]["val/acc"] > 0.2
     assert record["command"].startswith("python -m lit_otclust fit --config configs/smoke.yaml --seed_everything 1")
     assert "skip" in experiments._run_one(tmp_path, "smoke", {}, {}, 1, 1, False)  # a finished run is not redone
+
+
+def test_compare_pairs_runs_by_seed(tmp_path):
+    write_runs(tmp_path, {"ot": [0.80, 0.85, 0.90], "soft_kmeans": [0.70, 0.72, 0.95]})
+    out = experiments.compare(f"{tmp_path}:mnist_ot", f"{tmp_path}:mnist_soft_kmeans")
+    assert out["n_paired"] == 3 and out["paired_diff"] == pytest.approx(np.mean([0.10, 0.13, -0.05]))
+    assert out["paired_p"] == pytest.approx(stats.ttest_rel([0.80, 0.85, 0.90], [0.70, 0.72, 0.95]).pvalue)
+    at_epoch = experiments.compare(f"{tmp_path}:mnist_ot", f"{tmp_path}:mnist_soft_kmeans", epoch=0)
+    assert at_epoch["mean_a"] == pytest.approx(np.mean([0.80, 0.85, 0.90]) / 3)  # the curves' first epoch
+    with pytest.raises(ValueError, match="no runs of mnist_ot with settings"):
+        experiments.compare(f"{tmp_path}:mnist_ot:epsilon=1", f"{tmp_path}:mnist_ot")
