@@ -166,13 +166,14 @@ def _group(records: list[dict], key: str = "val/acc") -> dict[tuple, list[float]
     return groups
 
 
-def table(out: str, key: str = "val/acc", baselines: str | None = "results/kmeans_raw") -> str:
+def table(out: str, key: str = "val/acc", baselines: str | None = "results/kmeans_raw", write: bool = True) -> str:
     """Markdown: per data set and method, mean (± std) and [min, max] beside the paper, then Welch t-tests.
 
     Args:
         out: the sweep's folder.
         key: the metric to tabulate (``val/acc``: accuracy on the fitted samples, the paper's).
         baselines: a folder of ``python -m lit_otclust.baselines`` JSON outputs (k-means on pixels).
+        write: also write ``<out>/table.md`` (the ``table`` command does; a notebook showing it does not).
     """
     records = load(out)
     groups = _group(records, key)
@@ -208,8 +209,9 @@ def table(out: str, key: str = "val/acc", baselines: str | None = "results/kmean
     if fixed:
         lines = [f"Overrides given to the runs: {', '.join(fixed)}.", "", *lines]
     text = "\n".join(lines) + "\n"
-    Path(out, "table.md").write_text(text)
-    print(text)
+    if write:
+        Path(out, "table.md").write_text(text)
+        print(text)
     return text
 
 
