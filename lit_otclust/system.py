@@ -80,6 +80,7 @@ class DeepClustering(L.LightningModule):
         lr, lr_decay_epochs, lr_decay_gamma: Adam with step decay (the paper gives lr 1e-3 and
             "step decay" only): lr is multiplied by gamma every ``lr_decay_epochs`` epochs,
             counted from the start of the joint phase (``PhaseSwitch`` restarts the schedule).
+        centers_lr_scale: the centers' learning rate is ``lr * centers_lr_scale`` (the paper: 1).
         seed: seeds the k-means runs.
     """
 
@@ -103,6 +104,7 @@ class DeepClustering(L.LightningModule):
         epsilon_start: float | None = None,
         reg_m_start: float | None = None,
         lr: float = 1e-3,
+        centers_lr_scale: float = 1.0,
         lr_decay_epochs: int = 50,
         lr_decay_gamma: float = 0.5,
         seed: int = 0,
@@ -122,6 +124,8 @@ class DeepClustering(L.LightningModule):
             raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
         if reg_m is not None and not reg_m > 0:
             raise ValueError(f"reg_m must be > 0 (or None: balanced OT), got {reg_m!r}")
+        if not centers_lr_scale > 0:
+            raise ValueError(f"centers_lr_scale must be > 0, got {centers_lr_scale!r}")
         if anneal_epochs < 0:
             raise ValueError(f"anneal_epochs must be >= 0, got {anneal_epochs}")
         for name, value in (("epsilon_start", epsilon_start), ("reg_m_start", reg_m_start)):
@@ -264,7 +268,10 @@ class DeepClustering(L.LightningModule):
         return loss
 
     def configure_optimizers(self):
-        opt = torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+        hp = self.hparams
+        groups = [{"params": list(self.autoencoder.parameters())},
+                  {"params": [self.centers], "lr": hp.lr * hp.centers_lr_scale}]
+        opt = torch.optim.Adam(groups, lr=hp.lr)
         sched = torch.optim.lr_scheduler.StepLR(opt, self.hparams.lr_decay_epochs, self.hparams.lr_decay_gamma)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "epoch"}}
 

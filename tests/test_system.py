@@ -165,7 +165,7 @@ def test_switch_restarts_the_centers_adam_state_and_the_step_decay(data_dir):
     """At the switch the centers get a fresh Adam state and the step decay counts joint epochs only."""
     dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", subset=300, batch_size=100)
     module = DeepClustering(MLPAutoencoder(), num_clusters=10, lr_decay_epochs=1, lr_decay_gamma=0.5,
-                            kmeans_n_init=1)
+                            kmeans_n_init=1, centers_lr_scale=4.0)
     trainer = L.Trainer(max_epochs=3, limit_val_batches=0, logger=False, enable_checkpointing=False,
                         callbacks=[PhaseSwitch(pretrain_epochs=2, kmeans_n_init=1)], enable_progress_bar=False,
                         enable_model_summary=False)
@@ -177,6 +177,7 @@ def test_switch_restarts_the_centers_adam_state_and_the_step_decay(data_dir):
     # The joint epoch ran at the initial lr (the schedule was restarted), then one decay step.
     assert int(module.joint_start_epoch) == 2
     assert opt.param_groups[0]["lr"] == pytest.approx(0.5e-3)
+    assert opt.param_groups[1]["lr"] == pytest.approx(0.5e-3 * 4)  # centers_lr_scale, decayed alike
 
 
 def test_annealing_is_geometric_over_the_joint_epochs():
