@@ -15,3 +15,11 @@ SET="trainer.max_epochs=40 data.data_dir=$DATA"
     $RUN --configs mnist_ot --grid model.epsilon_start=1.0 --set model.anneal_epochs=20 $SET ) &
 wait
 python -m lit_otclust.experiments table --out $OUT
+# Second round (queued for the next sessions): the centers' learning rate, a fixed loose constraint,
+# a larger batch (less batch noise in the class counts), and both annealings together.
+(   $RUN --configs mnist_ot --grid model.centers_lr_scale=10 --set $SET
+    $RUN --configs mnist_ot --grid data.init_args.batch_size=1000 --set $SET ) &
+(   $RUN --configs mnist_ot --grid model.reg_m=0.2 --set $SET
+    $RUN --configs mnist_ot --grid model.epsilon_start=1.0 model.reg_m_start=0.01 --set model.anneal_epochs=20 $SET ) &
+wait
+python -m lit_otclust.experiments table --out $OUT
