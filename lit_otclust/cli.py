@@ -4,11 +4,12 @@ A LightningCLI that
 - links the data module's ``num_classes`` and ``input_shape`` to the model (K and the
   autoencoder's input), so no config states them twice;
 - always adds the :class:`PhaseSwitch` callback, configured under ``phases:``;
-- when the config gives no logger, logs to CSV and to W&B under ``trainer.default_root_dir``,
-  and saves checkpoints (``last.ckpt`` included) in ``<default_root_dir>/checkpoints``, so
-  ``--ckpt_path last`` resumes a run. W&B runs offline when no credentials are found: it never
-  prompts or waits for the network, and ``wandb sync <default_root_dir>/wandb/offline-run-*``
-  uploads the run later.
+- when the config gives no logger, logs to CSV and to W&B under ``trainer.default_root_dir``.
+  W&B runs offline when no credentials are found: it never prompts or waits for the network,
+  and ``wandb sync <default_root_dir>/wandb/offline-run-*`` uploads the run later;
+- saves checkpoints (``last.ckpt`` included) in ``<default_root_dir>/checkpoints``, written
+  atomically, and ``last.ckpt`` again when SIGTERM or Ctrl-C stops the run
+  (:mod:`lit_otclust.checkpointing`), so ``--ckpt_path last`` resumes a run, mid-epoch included.
 """
 
 from __future__ import annotations
@@ -21,9 +22,14 @@ import lightning as L
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
+from lightning.pytorch.plugins.io import CheckpointIO
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_otclust.callbacks import ClusterWriter, PhaseSwitch
+from lit_otclust.checkpointing import AtomicCheckpointIO, SignalCheckpoint
 from lit_otclust.system import DeepClustering
+
+SIGTERM_EXIT = 143
 
 
 def wandb_credentials_found() -> bool:
@@ -69,6 +75,12 @@ class OTClusterCLI(LightningCLI):
         if not any(isinstance(cb, ModelCheckpoint) for cb in callbacks):
             callbacks.append(ModelCheckpoint(dirpath=root / "checkpoints", save_last=True,
                                              filename="epoch{epoch:03d}", auto_insert_metric_name=False))
+        if not any(isinstance(cb, SignalCheckpoint) for cb in callbacks):
+            callbacks.append(SignalCheckpoint())
+        plugins = trainer_cfg.get("plugins")
+        plugins = list(plugins) if isinstance(plugins, (list, tuple)) else [plugins] if plugins else []
+        if not any(isinstance(p, CheckpointIO) for p in plugins):
+            kwargs["plugins"] = [*plugins, AtomicCheckpointIO()]
         if self.subcommand == "predict" and not any(isinstance(cb, ClusterWriter) for cb in callbacks):
             callbacks.append(ClusterWriter(str(root)))
         # LightningCLI merges kwargs over the config's trainer settings: pass the whole list.
@@ -76,5 +88,10 @@ class OTClusterCLI(LightningCLI):
 
 
 def main(args: list[str] | None = None) -> OTClusterCLI:
-    return OTClusterCLI(DeepClustering, L.LightningDataModule, subclass_mode_data=True,
-                        save_config_kwargs={"overwrite": True}, args=args)
+    try:
+        return OTClusterCLI(DeepClustering, L.LightningDataModule, subclass_mode_data=True,
+                            save_config_kwargs={"overwrite": True}, args=args)
+    except SIGTERMException:
+        # Lightning's SIGTERMException exits with status 0, like a finished run. 143 (128 + SIGTERM, the
+        # shell's convention) lets a job script tell "stopped, last.ckpt saved: requeue" from "done".
+        raise SystemExit(SIGTERM_EXIT) from None

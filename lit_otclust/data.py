@@ -98,6 +98,37 @@ class EpochShuffleSampler(RandomSampler):
         yield from torch.randperm(len(self.data_source), generator=generator).tolist()
 
 
+class ResumableLoader(DataLoader):
+    """A training ``DataLoader`` that resumes mid-epoch: a restored run skips the batches already trained on.
+
+    Lightning saves ``state_dict()`` in every checkpoint and calls ``load_state_dict`` before the
+    first epoch of a resumed run, so a run stopped inside an epoch (SIGTERM, SLURM's pre-emption
+    signal) continues with the batches it had not seen, in the same order (the order depends only
+    on the seed and the epoch: :class:`EpochShuffleSampler`), and ends equal to an uninterrupted run.
+    Lightning knows the length, so it fetches no batch ahead: what was yielded was trained on.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._yielded = 0  # batches of the current epoch handed out so far
+        self._skip = 0  # batches to skip at the next iteration (set by a restore)
+
+    def state_dict(self) -> dict[str, int]:
+        # A finished epoch resumes at the start of the next one, not by skipping all of it.
+        return {"batches_done": self._yielded % max(len(self), 1)}
+
+    def load_state_dict(self, state_dict: dict[str, int]) -> None:
+        self._skip = int(state_dict.get("batches_done", 0))
+
+    def __iter__(self):
+        # A generator: the sampler's order is drawn at the first batch, after Lightning's set_epoch.
+        skip, self._skip, self._yielded = self._skip, 0, 0
+        for i, batch in enumerate(super().__iter__()):
+            self._yielded = i + 1
+            if i >= skip:
+                yield batch
+
+
 def passthrough(batch: Batch) -> Batch:
     """Collate function for :class:`InMemoryDataset`: the batch is already stacked."""
     return batch
@@ -301,7 +332,7 @@ class _ImageDataModule(L.LightningDataModule):
             # drop_last keeps every batch at batch_size, so the OT cluster-size marginal applies to
             # a full batch. Under DDP, Lightning swaps the RandomSampler for a DistributedSampler.
             sampler = EpochShuffleSampler(dataset, self.seed)
-            return DataLoader(dataset, batch_size=self.batch_size, sampler=sampler, drop_last=self.drop_last, **common)
+            return ResumableLoader(dataset, batch_size=self.batch_size, sampler=sampler, drop_last=self.drop_last, **common)
         sampler = None
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             if len(dataset) < dist.get_world_size():

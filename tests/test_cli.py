@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -64,17 +65,54 @@ def test_module_entry_point_fits_logs_and_switches_phase(data_dir, tmp_path):
     assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
 
 
-@pytest.mark.parametrize("stop_epochs", [1, 2], ids=["resume-in-pretraining", "resume-in-joint-phase"])
-def test_resumed_run_equals_uninterrupted_run(data_dir, tmp_path, stop_epochs):
-    full = fit(data_dir, tmp_path / "full").trainer
-    fit(data_dir, tmp_path / "cut", "--trainer.max_epochs", str(stop_epochs))
-    resumed = fit(data_dir, tmp_path / "cut", "--ckpt_path", "last").trainer
-    assert resumed.current_epoch == full.current_epoch == 3
-    for name, p in full.lightning_module.state_dict().items():
-        torch.testing.assert_close(resumed.lightning_module.state_dict()[name], p, msg=name)
-    a, b = epoch_metrics(tmp_path / "full")[2], epoch_metrics(tmp_path / "cut")[2]
-    for key in ("val/acc", "val/nmi", "heldout/acc", "train/loss"):
-        assert a[key] == pytest.approx(b[key], abs=1e-6), key
+class SignalAt(L.Callback):
+    """Sends this process SIGTERM after training batch ``batch`` of epoch ``epoch``: a pre-emption at a known point."""
+
+    def __init__(self, epoch: int, batch: int) -> None:
+        self.epoch, self.batch = epoch, batch
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if (trainer.current_epoch, batch_idx) == (self.epoch, self.batch):
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(data_dir, tmp_path_factory):
+    """The smoke run (1 pre-training epoch, 2 joint epochs, 10 batches each) without interruption."""
+    root = tmp_path_factory.mktemp("full")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("WANDB_MODE", "offline")
+        mp.setenv("WANDB_SILENT", "true")
+        trainer = fit(data_dir, root).trainer
+    return root, {k: v.clone() for k, v in trainer.lightning_module.state_dict().items()}
+
+
+@pytest.mark.parametrize("epoch,batch", [(0, 4), (0, 9), (1, 0), (2, 6)],
+                         ids=["mid-pretraining", "last-pretraining-batch", "first-joint-batch", "mid-joint-epoch"])
+def test_run_stopped_by_sigterm_resumes_to_the_uninterrupted_run(data_dir, tmp_path, uninterrupted, epoch, batch):
+    """SIGTERM mid-epoch saves last.ckpt at that step; `--ckpt_path last` ends equal to the run never stopped.
+
+    Cases: inside pre-training, at its last batch (the resumed run makes the phase switch), at the
+    first joint batch (just after the switch), inside a joint epoch.
+    """
+    full_root, full_state = uninterrupted
+    cut = tmp_path / "cut"
+    cli = OTClusterCLI(DeepClustering, L.LightningDataModule, subclass_mode_data=True, run=False,
+                       args=["--config", SMOKE, "--data.data_dir", str(data_dir), "--trainer.default_root_dir", str(cut)])
+    cli.trainer.callbacks.append(SignalAt(epoch, batch))
+    with pytest.raises(SystemExit):  # Lightning's SIGTERMException
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    wandb.finish()
+    saved = torch.load(cut / "checkpoints" / "last.ckpt", weights_only=False)
+    assert saved["global_step"] == 10 * epoch + batch + 1, "last.ckpt is not the state at the signal"
+    resumed = fit(data_dir, cut, "--ckpt_path", "last").trainer
+    assert resumed.current_epoch == 3
+    state = resumed.lightning_module.state_dict()
+    for name, p in full_state.items():
+        torch.testing.assert_close(state[name], p, rtol=0, atol=0, msg=name)
+    a, b = epoch_metrics(full_root)[2], epoch_metrics(cut)[2]
+    for key in ("val/acc", "val/nmi", "heldout/acc"):
+        assert a[key] == b[key], key
 
 
 def test_validate_test_and_predict_from_a_checkpoint(data_dir, tmp_path):
@@ -104,17 +142,18 @@ def test_resume_after_the_process_was_killed(data_dir, tmp_path):
     env = {**os.environ, "WANDB_MODE": "disabled"}
     cmd = [sys.executable, "-m", "lit_otclust", "fit", "--config", SMOKE, "--data.data_dir", str(data_dir),
            "--trainer.default_root_dir", str(tmp_path), "--trainer.max_epochs", "1000"]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    err = open(tmp_path / "stderr.txt", "w+")
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err)
     last = tmp_path / "checkpoints" / "last.ckpt"
     try:
-        deadline = time.time() + 240
-        while time.time() < deadline and not (tmp_path / "checkpoints" / "epoch001.ckpt").exists():
-            time.sleep(0.5)
-        time.sleep(1.0)  # let the last.ckpt written beside it finish
+        # Checkpoints are renamed into place whole, so once last.ckpt exists it is complete: kill at once.
+        while not last.exists():
+            assert proc.poll() is None, (tmp_path / "stderr.txt").read_text()[-3000:]
+            time.sleep(0.05)
     finally:
         proc.kill()
         proc.wait()
-    assert last.exists(), "no checkpoint appeared before the deadline"
+        err.close()
     done = torch.load(last, weights_only=False)["epoch"]
     resumed = fit(data_dir, tmp_path, "--trainer.max_epochs", str(done + 2), "--ckpt_path", "last").trainer
     assert resumed.current_epoch == done + 2

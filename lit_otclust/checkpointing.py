@@ -1,0 +1,67 @@
+"""Checkpoints that survive clusters: atomic writes, and a save when the job is told to stop.
+
+- :class:`AtomicCheckpointIO` writes a checkpoint to a temporary file beside its target and
+  renames it into place, so a job killed while writing (SIGKILL, node failure) leaves the
+  previous ``last.ckpt`` readable instead of a truncated one.
+- :class:`SignalCheckpoint` saves ``last.ckpt`` when Lightning stops the run on SIGTERM (what
+  ``scancel``, Kubernetes and most schedulers send before killing) or Ctrl-C, mid-epoch
+  included. With the resumable training loader (:class:`lit_otclust.data.ResumableLoader`)
+  ``--ckpt_path last`` then continues with the very next batch.
+
+SLURM's own pre-emption signal (``#SBATCH --signal=SIGUSR1@90``) is handled by Lightning's
+SLURM environment: it saves ``hpc_ckpt_<n>.ckpt`` in ``default_root_dir``, requeues the job, and
+the requeued job resumes from it by itself (``scripts/slurm_*.sbatch``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """``torch.save`` to ``.<name>.tmp-<pid>`` in the target's folder, fsync, then ``os.replace``.
+
+    The rename is atomic on POSIX file systems, so a reader (or a resumed job) sees either the
+    old checkpoint or the new one, never a partial file. Remote paths (``s3://...``) go through
+    Lightning's default writer.
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
+        if "://" in str(path):
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        try:
+            with open(tmp, "wb") as fh:
+                torch.save(checkpoint, fh)
+                fh.flush()
+                os.fsync(fh.fileno())  # the bytes are on disk before the name points at them
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+class SignalCheckpoint(L.Callback):
+    """Saves ``<ModelCheckpoint dirpath>/last.ckpt`` when the run stops on SIGTERM or Ctrl-C.
+
+    Only these stops: a run that fails (a NaN, a bug) keeps its last good checkpoint instead of
+    overwriting it with the state that failed.
+    """
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        if not isinstance(exception, (SIGTERMException, KeyboardInterrupt)):
+            return
+        ckpt = next((cb for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath), None)
+        if ckpt is None:
+            return
+        path = Path(ckpt.dirpath) / f"{ckpt.CHECKPOINT_NAME_LAST}{ckpt.FILE_EXTENSION}"
+        trainer.save_checkpoint(path)
