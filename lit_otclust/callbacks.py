@@ -9,6 +9,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
+from lightning.pytorch.utilities import rank_zero_warn
 
 from lit_otclust.metrics import hungarian_accuracy
 from lit_otclust.system import kmeans
@@ -69,6 +70,14 @@ class PhaseSwitch(L.Callback):
         if clustering == "ot" and batch_size is not None and batch_size < len(pl_module.centers):
             raise ValueError(f"data batch_size ({batch_size}) is below the number of clusters "
                              f"({len(pl_module.centers)}): a batch cannot fill every cluster's share")
+        wanted = getattr(trainer.datamodule, "class_proportions", None)
+        proportions = getattr(pl_module, "proportions", None)
+        if clustering == "ot" and wanted is not None and proportions is not None and not torch.allclose(
+                torch.tensor(wanted, dtype=torch.float64), proportions.detach().double().cpu(), atol=1e-6):
+            # A warning, not an error: a misspecified w is a legitimate experiment.
+            rank_zero_warn(f"the data are subsampled to class_proportions {list(wanted)} but the OT loss prescribes "
+                           f"proportions {proportions.tolist()}; pass the same values as --model.proportions "
+                           f"unless the mismatch is the point")
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Runs after a checkpoint's callback state is restored, so `phase` is already the resumed one.
@@ -81,6 +90,13 @@ class PhaseSwitch(L.Callback):
             self.phase, self.switch_epoch = "joint", trainer.current_epoch
             pl_module.joint_start_epoch.fill_(trainer.current_epoch)
         pl_module.joint = self.phase == "joint"
+
+    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Pre-training, and the AE + k-means baseline throughout, are scored by k-means on the current
+        # embeddings: fit the centers here, as a step of training, so that evaluation only reads them
+        # (and `validate`/`test`/`predict` from a checkpoint use the centers of the run).
+        if trainer.state.fn == "fit" and (self.phase == "pretrain" or getattr(pl_module.hparams, "clustering", "ot") == "none"):
+            self.init_centers(trainer, pl_module)
 
     @staticmethod
     def restart_optimization(trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -121,7 +137,10 @@ class ClusterWriter(BasePredictionWriter):
 
     The matched class is each cluster's class under the Hungarian matching computed on the
     predicted samples' labels. Under DDP each rank writes ``predictions-rank{R}.csv`` and the
-    matching is that rank's; concatenate the files for the whole set.
+    matching is that rank's; concatenate the files for the whole set. When the predicted samples
+    were read from files (the dataset has ``paths``, as :mod:`lit_otclust.user_data`'s image
+    folders do), a ``file`` column names each sample's file. A sample without a label (y = -1)
+    gets empty ``label`` and ``matched_class`` cells.
 
     Args:
         output_dir: folder for the file; the trainer's ``default_root_dir`` if None.
@@ -135,17 +154,25 @@ class ClusterWriter(BasePredictionWriter):
         outs = predictions[0] if predictions and isinstance(predictions[0], list) else predictions
         cols = {k: torch.cat([o[k] for o in outs]).cpu() for k in outs[0]}
         K = len(pl_module.centers)
-        num_classes = int(max(cols["label"].max().item() + 1, K))
-        matching = hungarian_accuracy(cols["cluster"], cols["label"], K, num_classes)["matching"]
-        matched = matching[cols["cluster"]]
+        labelled = cols["label"] >= 0  # -1: no label
+        matched = torch.full_like(cols["cluster"], -1)
+        if labelled.any():
+            num_classes = int(max(cols["label"].max().item() + 1, K))
+            matching = hungarian_accuracy(cols["cluster"][labelled], cols["label"][labelled], K, num_classes)["matching"]
+            matched = matching[cols["cluster"]]
+        loaders = trainer.predict_dataloaders
+        loader = loaders[0] if isinstance(loaders, (list, tuple)) else loaders
+        paths = getattr(getattr(loader, "dataset", None), "paths", None)  # per sample index, or None
         folder = Path(self.output_dir or trainer.default_root_dir)
         folder.mkdir(parents=True, exist_ok=True)
         name = "predictions.csv" if trainer.world_size == 1 else f"predictions-rank{trainer.global_rank}.csv"
         order = cols["index"].argsort()
         with open(folder / name, "w", newline="") as fh:
             out = csv.writer(fh)
-            out.writerow(["index", "cluster", "label", "matched_class", "distance"])
+            out.writerow(["index", *(["file"] if paths is not None else []), "cluster", "label", "matched_class", "distance"])
             for i in order.tolist():
-                out.writerow([int(cols["index"][i]), int(cols["cluster"][i]), int(cols["label"][i]),
-                              int(matched[i]), f"{float(cols['distance'][i]):.6g}"])
+                index, has_label = int(cols["index"][i]), bool(labelled[i])
+                out.writerow([index, *([paths[index]] if paths is not None else []), int(cols["cluster"][i]),
+                              int(cols["label"][i]) if has_label else "", int(matched[i]) if has_label else "",
+                              f"{float(cols['distance'][i]):.6g}"])
         self.path = folder / name

@@ -3,10 +3,16 @@
 A LightningCLI that
 - links the data module's ``num_classes`` and ``input_shape`` to the model (K and the
   autoencoder's input), so no config states them twice;
-- always adds the :class:`PhaseSwitch` callback, configured under ``phases:``;
+- always adds the :class:`PhaseSwitch` callback, configured under ``phases:``, and the
+  :class:`ClusterFigures` callback (pictures of the clusters), configured under ``figures:``
+  (unless ``trainer.callbacks`` already has one);
 - when the config gives no logger, logs to CSV and to W&B under ``trainer.default_root_dir``.
   W&B runs offline when no credentials are found: it never prompts or waits for the network,
-  and ``wandb sync <default_root_dir>/wandb/offline-run-*`` uploads the run later;
+  and ``wandb sync <default_root_dir>/wandb/offline-run-*`` uploads the run later. Checkpoints
+  go to W&B as artifacts only with ``--wandb.log_model true`` (or ``all``);
+- sets up every W&B run (:class:`RunConfig`): the resolved config as the run's config, tags
+  naming the method and the data set, ``epoch`` as the x-axis of the per-epoch metrics, and
+  the best and the last ``val/acc`` in the run summary;
 - saves checkpoints (``last.ckpt`` included) in ``<default_root_dir>/checkpoints``, written
   atomically, and ``last.ckpt`` again when SIGTERM or Ctrl-C stops the run
   (:mod:`lit_otclust.checkpointing`), so ``--ckpt_path last`` resumes a run, mid-epoch included.
@@ -14,19 +20,23 @@ A LightningCLI that
 
 from __future__ import annotations
 
+import json
 import netrc
 import os
 from pathlib import Path
+from typing import Literal
 
 import lightning as L
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.plugins.io import CheckpointIO
+from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_otclust.callbacks import ClusterWriter, PhaseSwitch
 from lit_otclust.checkpointing import AtomicCheckpointIO, SignalCheckpoint
+from lit_otclust.figures import ClusterFigures
 from lit_otclust.system import DeepClustering
 
 SIGTERM_EXIT = 143
@@ -42,20 +52,71 @@ def wandb_credentials_found() -> bool:
         return False
 
 
-def default_loggers(root: Path, name: str) -> list:
+def default_loggers(root: Path, name: str, log_model: bool | Literal["all"] = False) -> list:
     if "WANDB_MODE" not in os.environ and not wandb_credentials_found():
         # Without credentials, online W&B would prompt for a key (or hang without network).
         os.environ["WANDB_MODE"] = "offline"
+    offline = os.environ.get("WANDB_MODE") == "offline"
+    if offline and log_model:
+        # WandbLogger refuses the combination (an offline run cannot upload artifacts): keep the run going.
+        rank_zero_warn(f"wandb.log_model={log_model!r} is ignored: W&B runs offline (no credentials, or WANDB_MODE="
+                       "offline), where checkpoints cannot be logged as artifacts; they stay in checkpoints/")
+        log_model = False
     wandb_dir = root / "wandb"
     wandb_dir.mkdir(parents=True, exist_ok=True)
     return [CSVLogger(save_dir=str(root), name="csv"),
             WandbLogger(project=os.environ.get("WANDB_PROJECT", "lit_otclust"), name=name, save_dir=str(root),
-                        offline=os.environ.get("WANDB_MODE") == "offline")]
+                        offline=offline, log_model=log_model)]
+
+
+def run_tags(config: dict) -> list[str]:
+    """The method (``model.clustering``, ``_p`` when pre-trained; ``ae_kmeans`` for ``none``) and the data module."""
+    method = config.get("model", {}).get("clustering", "ot")
+    method = {"none": "ae_kmeans"}.get(method, method)
+    if (config.get("phases") or {}).get("pretrain_epochs", 0) > 0:
+        method += "_p"
+    data = config.get("data") or {}
+    data_class = data.get("class_path", "") if isinstance(data, dict) else ""
+    return [method, data_class.rsplit(".", 1)[-1]] if data_class else [method]
+
+
+class RunConfig(SaveConfigCallback):
+    """Saves ``config.yaml`` (as Lightning does) and sets up each W&B run the way its users expect.
+
+    The resolved config (model, data, trainer, phases, figures, ...) becomes the run's config and
+    names its tags (:func:`run_tags`); every metric (all are logged per epoch) is plotted against
+    ``epoch`` instead of WandbLogger's ``trainer/global_step``, which is still logged alongside; the
+    summary keeps both the best and the last ``val/acc``. Runs on global rank 0 only (Lightning
+    calls ``save_config`` there), as the loggers do.
+    """
+
+    def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        runs = [logger.experiment for logger in trainer.loggers if isinstance(logger, WandbLogger)]
+        if not runs:
+            return
+        config = json.loads(self.parser.dump(self.config, format="json", skip_none=False))
+        config.pop("config", None)  # the paths of the config files, whose content is the rest
+        tags = run_tags(config)
+        for run in runs:
+            run.config.update(config, allow_val_change=True)
+            run.tags = tuple(dict.fromkeys([*(run.tags or ()), *tags]))
+            # Lightning adds `epoch` to every metric it logs; step_sync fills it in for the others.
+            run.define_metric("epoch")
+            run.define_metric("*", step_metric="epoch", step_sync=True)
+            run.define_metric("val/acc", step_metric="epoch", summary="max,last")
 
 
 class OTClusterCLI(LightningCLI):
+    def __init__(self, *args, save_config_callback: type[SaveConfigCallback] | None = RunConfig, **kwargs) -> None:
+        super().__init__(*args, save_config_callback=save_config_callback, **kwargs)
+
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_lightning_class_args(PhaseSwitch, "phases")
+        # Not a callback key: instantiate_trainer adds it unless trainer.callbacks already has a ClusterFigures.
+        parser.add_class_arguments(ClusterFigures, "figures", fail_untyped=False, sub_configs=True)
+        parser.add_argument("--wandb.log_model", type=bool | Literal["all"], default=False,
+                            help="Log checkpoints to W&B as artifacts (default logger only): true at the end of "
+                                 "the run, 'all' as they are written; off by default.")
         parser.link_arguments("data.num_classes", "model.num_clusters", apply_on="instantiate")
         parser.link_arguments("data.input_shape", "model.autoencoder.init_args.input_shape", apply_on="instantiate")
         parser.link_arguments("seed_everything", "phases.seed")
@@ -69,7 +130,8 @@ class OTClusterCLI(LightningCLI):
         callbacks = list(trainer_cfg.get("callbacks") or [])
         logger = trainer_cfg.get("logger")
         if logger in (None, True):
-            kwargs["logger"] = logger = default_loggers(root, root.name)
+            log_model = self._get(self.config_init, "wandb.log_model", False)
+            kwargs["logger"] = logger = default_loggers(root, root.name, log_model)
         if logger:
             callbacks.append(LearningRateMonitor(logging_interval="epoch"))
         if not any(isinstance(cb, ModelCheckpoint) for cb in callbacks):
@@ -77,6 +139,8 @@ class OTClusterCLI(LightningCLI):
                                              filename="epoch{epoch:03d}", auto_insert_metric_name=False))
         if not any(isinstance(cb, SignalCheckpoint) for cb in callbacks):
             callbacks.append(SignalCheckpoint())
+        if not any(isinstance(cb, ClusterFigures) for cb in callbacks):
+            callbacks.append(self._get(self.config_init, "figures"))
         plugins = trainer_cfg.get("plugins")
         plugins = list(plugins) if isinstance(plugins, (list, tuple)) else [plugins] if plugins else []
         if not any(isinstance(p, CheckpointIO) for p in plugins):

@@ -20,10 +20,21 @@ images, so Table 1 most likely corresponds to ``fit_split="all"``, which is what
 The held-out loader always serves the official test split. Under ``"all"`` and ``"test"`` that
 split is *inside* the fitted samples, so its accuracy measures the learned classifier on those
 images, not generalisation; only ``"train"`` gives a genuine out-of-sample accuracy.
+
+Imbalanced data sets (``class_proportions``)
+--------------------------------------------
+Every data module here (these two, and the folder and array modules of
+:mod:`lit_otclust.user_data`) takes ``class_proportions``: a seeded per-class subsample of the
+fitted samples with those class proportions, the largest the classes allow
+(:func:`proportional_counts`), for studying the OT loss with unequal cluster sizes.
+:func:`geometric_proportions` gives a long-tailed set with a chosen largest/smallest ratio. The
+model is told the proportions separately (``--model.proportions``, which must match).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import lightning as L
@@ -46,7 +57,8 @@ class InMemoryDataset(Dataset):
 
     Args:
         x: inputs, shape (N, *input_shape), float32.
-        y: labels, shape (N,), int64.
+        y: labels, shape (N,), int64; -1 marks a sample without a label (a user's unlabelled images).
+        paths: the file each sample was read from (N,), for data read from image files; else None.
 
     ``dataset[i]`` is ``(x[i], y[i], i)``. ``DataLoader`` calls ``__getitems__`` with a batch's
     index list when the dataset has one, so batches come out already stacked as
@@ -55,11 +67,14 @@ class InMemoryDataset(Dataset):
     loader (which rebuilds the DataLoader with the same dataset and collate_fn) is unaffected.
     """
 
-    def __init__(self, x: Tensor, y: Tensor) -> None:
+    def __init__(self, x: Tensor, y: Tensor, paths: Sequence[str] | None = None) -> None:
         if len(x) != len(y):
             raise ValueError(f"x has {len(x)} samples but y has {len(y)}")
+        if paths is not None and len(paths) != len(y):
+            raise ValueError(f"paths has {len(paths)} entries but there are {len(y)} samples")
         self.x = x
         self.y = y
+        self.paths = None if paths is None else list(paths)
 
     def __len__(self) -> int:
         return len(self.y)
@@ -167,8 +182,285 @@ def stratified_indices(labels: Tensor, size: int, seed: int) -> Tensor:
     return torch.sort(torch.cat(chosen)).values
 
 
-class _ImageDataModule(L.LightningDataModule):
-    """A LightningDataModule serving one image data set from memory; subclasses name the files.
+def geometric_proportions(num_classes: int, ratio: float) -> list[float]:
+    """Class proportions decreasing geometrically from class 0 to class C - 1 with ``w_0 / w_{C-1} = ratio``.
+
+    .. math::
+        w_c = \\frac{r^{-c / (C - 1)}}{\\sum_{j=0}^{C-1} r^{-j / (C - 1)}}, \\qquad c = 0, \\dots, C - 1,
+
+    the usual way to make a long-tailed version of a balanced data set (the imbalance ratio r is
+    the largest class over the smallest). ``ratio = 1`` gives uniform proportions.
+
+    Args:
+        num_classes: C >= 2.
+        ratio: r >= 1, the largest proportion over the smallest.
+
+    Returns:
+        C floats summing to 1 (to rounding), for ``data.class_proportions`` and ``model.proportions``.
+
+    Example:
+        >>> [round(w, 4) for w in geometric_proportions(3, 4.0)]
+        [0.5714, 0.2857, 0.1429]
+    """
+    if num_classes < 2:
+        raise ValueError(f"num_classes={num_classes} must be at least 2")
+    if not (math.isfinite(ratio) and ratio >= 1):
+        raise ValueError(f"ratio={ratio!r} must be a finite number >= 1 (largest class over smallest)")
+    weights = [ratio ** (-c / (num_classes - 1)) for c in range(num_classes)]
+    total = math.fsum(weights)
+    return [w / total for w in weights]
+
+
+def check_class_proportions(proportions: Sequence[float], num_classes: int | None = None) -> list[float]:
+    """Validate ``class_proportions`` (finite, >= 0, summing to 1 within 1e-6, one per class) and return them as floats."""
+    values = [float(w) for w in proportions]
+    if not all(math.isfinite(w) and w >= 0 for w in values) or abs(math.fsum(values) - 1.0) > 1e-6:
+        raise ValueError(f"class_proportions must be finite, non-negative and sum to 1 (within 1e-6), got {values}; "
+                         f"lit_otclust.data.geometric_proportions(num_classes, ratio) gives a long-tailed set")
+    if num_classes is not None and len(values) != num_classes:
+        raise ValueError(f"class_proportions has {len(values)} entries but the data have {num_classes} classes")
+    return values
+
+
+def proportional_counts(counts: Tensor, proportions: Sequence[float], size: int | None = None) -> Tensor:
+    """How many samples of each class to keep so that the classes follow ``proportions``.
+
+    With ``size=None``, the largest sample the classes allow: with :math:`n_c` samples of class
+    :math:`c` and proportion :math:`w_c`, the total is :math:`s = \\min_{c : w_c > 0} n_c / w_c` and
+    class :math:`c` keeps :math:`\\lfloor w_c s \\rfloor`, so the class that runs out first keeps all
+    its samples (with a long-tailed ``w`` on balanced data: the largest class is kept whole).
+    With ``size``, exactly that many: :math:`\\lfloor w_c \\, size \\rfloor` each, the remainder going one
+    by one to the classes with the largest fractional parts.
+
+    Args:
+        counts: samples available per class, shape (C,), int64.
+        proportions: w, C non-negative weights summing to 1.
+        size: the total to keep, or None for the largest possible.
+
+    Returns:
+        Per-class counts, shape (C,), int64, each at most ``counts``.
+
+    Raises:
+        ValueError: a class with a positive proportion has no samples, or ``size`` asks a class for
+            more samples than it has (the message names the class and the largest possible size).
+    """
+    w = torch.tensor(list(proportions), dtype=torch.float64)  # (C,)
+    n = counts.to(torch.float64)  # (C,)
+    if len(w) != len(n):
+        raise ValueError(f"{len(w)} proportions for {len(n)} classes")
+    used = w > 0
+    if (n[used] == 0).any():
+        empty = torch.nonzero(used & (n == 0)).flatten().tolist()
+        raise ValueError(f"class(es) {empty} have no samples but a positive class proportion")
+    # The classes that bind first keep all their samples; the 1e-6 absorbs n_c / w_c * w_c rounding below n_c.
+    largest = torch.floor(w * (n[used] / w[used]).min() + 1e-6).long().minimum(counts)  # (C,)
+    if size is None:
+        return largest
+    quota = torch.floor(w * size).long()  # (C,)
+    short = size - int(quota.sum())
+    if short > 0:
+        remainder = w * size - quota  # largest remainders first, ties to the lower class
+        quota[torch.argsort(-remainder, stable=True)[:short]] += 1
+    over = torch.nonzero(quota > counts).flatten().tolist()
+    if over:
+        c = over[0]
+        raise ValueError(f"subset={size} with class_proportions asks class {c} for {int(quota[c])} samples but it has "
+                         f"{int(counts[c])}; at most {int(largest.sum())} samples can follow these proportions")
+    return quota
+
+
+def proportional_indices(labels: Tensor, proportions: Sequence[float], size: int | None, seed: int) -> Tensor:
+    """A seeded per-class draw whose class counts are :func:`proportional_counts` of the labels.
+
+    Args:
+        labels: class of each sample, shape (N,), int64, values in [0, C), C = len(proportions).
+        proportions: w, the class proportions of the draw.
+        size: samples to draw, or None for as many as the proportions allow.
+        seed: seed of the draw; the same (labels, proportions, size, seed) give the same positions.
+
+    Returns:
+        Sorted positions, shape (sum of the counts,), int64, without repeats.
+    """
+    if len(labels) and (int(labels.min()) < 0 or int(labels.max()) >= len(proportions)):
+        raise ValueError(f"labels must lie in [0, {len(proportions)}) to follow {len(proportions)} class proportions")
+    counts = torch.bincount(labels, minlength=len(proportions))  # (C,)
+    quota = proportional_counts(counts, proportions, size)
+    generator = torch.Generator().manual_seed(seed)
+    chosen = []
+    for label, q in enumerate(quota.tolist()):
+        members = torch.nonzero(labels == label).squeeze(1)  # (n_c,)
+        chosen.append(members[torch.randperm(len(members), generator=generator)[:q]])
+    return torch.sort(torch.cat(chosen)).values
+
+
+def random_indices(num_samples: int, size: int, seed: int) -> Tensor:
+    """``size`` sorted seeded positions out of ``num_samples``: the subset of unlabelled data."""
+    if not 1 <= size <= num_samples:
+        raise ValueError(f"size={size} must lie in [1, {num_samples}]")
+    generator = torch.Generator().manual_seed(seed)
+    return torch.sort(torch.randperm(num_samples, generator=generator)[:size]).values
+
+
+class _InMemoryDataModule(L.LightningDataModule):
+    """What every data module here shares: samples held as tensors, seeded subsets, the loaders.
+
+    A subclass reads its samples in ``setup`` into ``fit_set`` (the samples clustered) and
+    ``heldout_set`` (scored out of sample; None where there is none) and states ``num_classes``
+    and ``input_shape`` as class attributes or in ``__init__``, so LightningCLI's
+    ``link_arguments(..., apply_on="instantiate")`` can read them off the instance.
+
+    Args:
+        batch_size: training batch size m (the paper: 300).
+        eval_batch_size: batch size of the validation, test and predict loaders.
+        subset: if set, a seeded subset of that many fitted samples, class-stratified where there
+            are labels (see the subclass for the held-out set).
+        class_proportions: if set, a seeded per-class subsample of the fitted samples whose
+            classes follow these proportions (one per class, summing to 1; see
+            :func:`proportional_counts`): the largest sample they allow, the class that runs out
+            first kept whole (with ``subset``: exactly ``subset`` samples). The held-out samples
+            are drawn the same way (capped at ``subset``). Needs labels. For the OT loss, give the
+            model the same weights: ``--model.proportions`` must match (in a YAML config, state
+            them once with an anchor: ``class_proportions: &w [...]`` and ``proportions: *w``).
+            :func:`geometric_proportions` builds a long-tailed set with a given largest/smallest ratio.
+        seed: seed of the subset draws and of the training order (see EpochShuffleSampler).
+        scaling: "unit" or "standard" (see the subclass for the statistics used).
+        drop_last: drop the last incomplete training batch, so every OT batch has exactly
+            batch_size samples and the cluster-size marginal is meaningful.
+        num_workers: DataLoader workers; 0 is fastest here, a batch being a single gather.
+
+    Every loader yields ``(x, y, index)``: x float32 (B, *input_shape), y int64 (B,) (-1 where a
+    sample has no label), and index int64 (B,), the sample's position in that loader's sample set
+    (fitted or held-out), so predictions can be written per sample also when DDP interleaves
+    samples across ranks.
+    """
+
+    name: str
+    num_classes: int
+    input_shape: tuple[int, ...]
+    _no_heldout_hint = ""  # how to give this module a held-out set, for the error of test_dataloader
+
+    def __init__(
+        self,
+        batch_size: int = 300,
+        eval_batch_size: int = 10_000,
+        subset: int | None = None,
+        class_proportions: list[float] | None = None,
+        seed: int = 0,
+        scaling: str = "unit",
+        drop_last: bool = True,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        if scaling not in SCALINGS:
+            raise ValueError(f"scaling={scaling!r} is unknown; choose one of {SCALINGS}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size={batch_size} must be at least 1")
+        if eval_batch_size < 1:
+            raise ValueError(f"eval_batch_size={eval_batch_size} must be at least 1")
+        if num_workers < 0:
+            raise ValueError(f"num_workers={num_workers} must be at least 0")
+        if subset is not None and subset < 1:
+            raise ValueError(f"subset={subset} must be at least 1")
+        self.class_proportions = None if class_proportions is None else check_class_proportions(
+            class_proportions, getattr(self, "num_classes", None))
+        self.save_hyperparameters()
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size
+        self.subset = subset
+        self.seed = seed
+        self.scaling = scaling
+        self.drop_last = drop_last
+        self.num_workers = num_workers
+        self.fit_set: InMemoryDataset | None = None
+        self.heldout_set: InMemoryDataset | None = None
+
+    # --- which samples -------------------------------------------------------------------------
+
+    def _check_fit_size(self, num_fit: int) -> None:
+        if self.drop_last and self.batch_size > num_fit:
+            raise ValueError(f"batch_size={self.batch_size} exceeds the {num_fit} fitted samples: with drop_last=True "
+                             f"no training batch would remain")
+
+    def _fit_indices(self, labels: Tensor) -> Tensor | None:
+        """Positions of the fitted samples to keep (class_proportions, else subset), or None for all."""
+        if self.class_proportions is not None:
+            if (labels < 0).any():
+                raise ValueError("class_proportions needs a label for every fitted sample; these data have none")
+            return proportional_indices(labels, self.class_proportions, self.subset, self.seed)
+        if self.subset is None:
+            return None
+        if not self.subset <= len(labels):
+            raise ValueError(f"subset={self.subset} must lie in [1, {len(labels)}], the fitted {self.name} samples")
+        if (labels < 0).any():  # no labels to stratify by
+            return random_indices(len(labels), self.subset, self.seed)
+        return stratified_indices(labels, self.subset, self.seed)
+
+    def _heldout_indices(self, labels: Tensor) -> Tensor | None:
+        """Positions of the held-out samples to keep: as the fitted ones, at most ``subset`` of them."""
+        if self.class_proportions is not None and not (labels < 0).any():
+            counts = torch.bincount(labels, minlength=len(self.class_proportions))
+            most = int(proportional_counts(counts, self.class_proportions).sum())
+            size = None if self.subset is None or self.subset >= most else self.subset
+            return proportional_indices(labels, self.class_proportions, size, self.seed)
+        if self.subset is None:
+            return None
+        size = min(self.subset, len(labels))
+        if (labels < 0).any():
+            return random_indices(len(labels), size, self.seed)
+        return stratified_indices(labels, size, self.seed)
+
+    # --- loaders -------------------------------------------------------------------------------
+
+    def _loader(self, dataset: InMemoryDataset | None, train: bool) -> DataLoader:
+        if dataset is None:
+            raise RuntimeError(f"{type(self).__name__}.setup() must run before asking for a dataloader")
+        common = dict(collate_fn=passthrough, num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+        if train:
+            # drop_last keeps every batch at batch_size, so the OT cluster-size marginal applies to
+            # a full batch. Under DDP, Lightning swaps the RandomSampler for a DistributedSampler.
+            sampler = EpochShuffleSampler(dataset, self.seed)
+            return ResumableLoader(dataset, batch_size=self.batch_size, sampler=sampler, drop_last=self.drop_last, **common)
+        sampler = None
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            if len(dataset) < dist.get_world_size():
+                # A rank with no evaluation batch skips the evaluation loop while the others wait for it.
+                raise ValueError(f"an evaluation set of {len(dataset)} samples cannot be shared by "
+                                 f"{dist.get_world_size()} ranks; use more samples (data subset) or fewer devices")
+            # Lightning's default DistributedSampler pads with repeated samples; this one does not,
+            # so each sample is evaluated exactly once. Lightning keeps a DistributedSampler subclass.
+            sampler = UnrepeatedDistributedSampler(dataset, num_replicas=dist.get_world_size(), rank=dist.get_rank(), shuffle=False)
+        return DataLoader(dataset, batch_size=self.eval_batch_size, shuffle=False, sampler=sampler, drop_last=False, **common)
+
+    def train_dataloader(self) -> DataLoader:
+        """Shuffled batches ``(x, y, index)`` of the fitted samples, ``batch_size`` each."""
+        return self._loader(self.fit_set, train=True)
+
+    def val_dataloader(self) -> list[DataLoader]:
+        """[fitted samples in order (clustering accuracy), held-out samples in order (if any)]."""
+        if self.fit_set is not None and self.heldout_set is None:
+            return [self._loader(self.fit_set, train=False)]
+        return [self._loader(self.fit_set, train=False), self._loader(self.heldout_set, train=False)]
+
+    def test_dataloader(self) -> DataLoader:
+        """The held-out samples, in order."""
+        if self.fit_set is not None and self.heldout_set is None:
+            raise RuntimeError(f"{type(self).__name__} has no held-out samples to test on{self._no_heldout_hint}; "
+                               f"`validate` or `predict` score the fitted samples")
+        return self._loader(self.heldout_set, train=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        """The fitted samples, in order."""
+        return self._loader(self.fit_set, train=False)
+
+
+def _standardize(x: Tensor, mean: Sequence[float], std: Sequence[float]) -> Tensor:
+    """(x - mean) / std per channel, in place, for x of shape (N, C, H, W) or (N, d) with C = 1."""
+    shape = (-1,) + (1,) * (x.dim() - 2)  # broadcast over (N, C, H, W) or (N, 784)
+    return x.sub_(torch.tensor(mean, dtype=x.dtype).view(shape)).div_(torch.tensor(std, dtype=x.dtype).view(shape))
+
+
+class _ImageDataModule(_InMemoryDataModule):
+    """A LightningDataModule serving one torchvision image data set from memory; subclasses name the files.
 
     Args:
         data_dir: folder holding the data set in torchvision's layout (``MNIST/raw/...`` or
@@ -179,6 +471,10 @@ class _ImageDataModule(L.LightningDataModule):
         fit_split: "train", "test" or "all": which samples are clustered (see the module docstring).
         subset: if set, a seeded class-stratified subset of that many fitted samples; the held-out
             test split is cut the same way to min(subset, 10,000) samples, so smoke runs stay fast.
+        class_proportions: an imbalanced version of the data set: a seeded per-class subsample
+            with these class proportions (10 floats summing to 1; see :class:`_InMemoryDataModule`),
+            e.g. ``geometric_proportions(10, 10.0)``; the test split is subsampled the same way.
+            ``--model.proportions`` must match for the OT loss to use them.
         seed: seed of the subset draw and of the training order (see EpochShuffleSampler).
         scaling: "unit" for pixels / 255 in [0, 1]; "standard" for (pixel / 255 - mean) / std per
             channel, with the official training split's ``mean`` and ``std``.
@@ -193,7 +489,9 @@ class _ImageDataModule(L.LightningDataModule):
 
     Raises:
         ValueError: unknown fit_split or scaling; subset outside [1, available]; batch_size or
-            eval_batch_size below 1; batch_size above the fitted samples with drop_last.
+            eval_batch_size below 1; batch_size above the fitted samples with drop_last;
+            class_proportions not 10 non-negative numbers summing to 1, or (in ``setup``) asking
+            a class for more samples than it has.
         FileNotFoundError: in ``setup``, when files are missing (names the folder and the files).
     """
 
@@ -214,41 +512,25 @@ class _ImageDataModule(L.LightningDataModule):
         eval_batch_size: int = 10_000,
         fit_split: str = "all",
         subset: int | None = None,
+        class_proportions: list[float] | None = None,
         seed: int = 0,
         scaling: str = "unit",
         drop_last: bool = True,
         num_workers: int = 0,
     ) -> None:
-        super().__init__()
         if fit_split not in FIT_SPLITS:
             raise ValueError(f"fit_split={fit_split!r} is unknown; choose one of {FIT_SPLITS}")
-        if scaling not in SCALINGS:
-            raise ValueError(f"scaling={scaling!r} is unknown; choose one of {SCALINGS}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size={batch_size} must be at least 1")
-        if eval_batch_size < 1:
-            raise ValueError(f"eval_batch_size={eval_batch_size} must be at least 1")
-        if num_workers < 0:
-            raise ValueError(f"num_workers={num_workers} must be at least 0")
         available = self.split_sizes["train"] + self.split_sizes["test"] if fit_split == "all" else self.split_sizes[fit_split]
         if subset is not None and not 1 <= subset <= available:
             raise ValueError(f"subset={subset} must lie in [1, {available}], the {self.name} samples in fit_split={fit_split!r}")
-        num_fit = available if subset is None else subset
-        if drop_last and batch_size > num_fit:
-            raise ValueError(f"batch_size={batch_size} exceeds the {num_fit} fitted samples: with drop_last=True no training batch would remain")
-        self.save_hyperparameters()
+        super().__init__(batch_size=batch_size, eval_batch_size=eval_batch_size, subset=subset,
+                         class_proportions=class_proportions, seed=seed, scaling=scaling, drop_last=drop_last,
+                         num_workers=num_workers)
+        if class_proportions is None or subset is not None:  # else the size is known after reading the labels
+            self._check_fit_size(available if subset is None else subset)
         self.data_dir = Path(data_dir)
         self.download = download
-        self.batch_size = batch_size
-        self.eval_batch_size = eval_batch_size
         self.fit_split = fit_split
-        self.subset = subset
-        self.seed = seed
-        self.scaling = scaling
-        self.drop_last = drop_last
-        self.num_workers = num_workers
-        self.fit_set: InMemoryDataset | None = None
-        self.heldout_set: InMemoryDataset | None = None
 
     # --- reading -------------------------------------------------------------------------------
 
@@ -294,9 +576,9 @@ class _ImageDataModule(L.LightningDataModule):
         else:
             train_x, train_y = self._read_split(train=True)
             fit_x, fit_y = (train_x, train_y) if self.fit_split == "train" else (torch.cat([train_x, test_x]), torch.cat([train_y, test_y]))
-        if self.subset is not None:
-            fit_keep = stratified_indices(fit_y, self.subset, self.seed)
-            test_keep = stratified_indices(test_y, min(self.subset, len(test_y)), self.seed)
+        if self.subset is not None or self.class_proportions is not None:
+            fit_keep, test_keep = self._fit_indices(fit_y), self._heldout_indices(test_y)
+            self._check_fit_size(len(fit_keep))
             # Convert only the kept uint8 rows: a small subset never builds the full float tensor.
             self.fit_set = InMemoryDataset(self._to_float(fit_x[fit_keep]), fit_y[fit_keep])
             self.heldout_set = InMemoryDataset(self._to_float(test_x[test_keep]), test_y[test_keep])
@@ -316,49 +598,8 @@ class _ImageDataModule(L.LightningDataModule):
         if self.scaling == "standard":
             # Channel statistics of the official training split (also for fit_split "test"/"all"),
             # the convention torchvision users know; the tests recompute them from the files.
-            shape = (-1,) + (1,) * (len(self.input_shape) - 1)  # broadcast over (N, C, H, W) or (N, 784)
-            mean = torch.tensor(self.mean).view(shape)
-            std = torch.tensor(self.std).view(shape)
-            x.sub_(mean).div_(std)
+            _standardize(x, self.mean, self.std)
         return x
-
-    # --- loaders -------------------------------------------------------------------------------
-
-    def _loader(self, dataset: InMemoryDataset | None, train: bool) -> DataLoader:
-        if dataset is None:
-            raise RuntimeError(f"{type(self).__name__}.setup() must run before asking for a dataloader")
-        common = dict(collate_fn=passthrough, num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
-        if train:
-            # drop_last keeps every batch at batch_size, so the OT cluster-size marginal applies to
-            # a full batch. Under DDP, Lightning swaps the RandomSampler for a DistributedSampler.
-            sampler = EpochShuffleSampler(dataset, self.seed)
-            return ResumableLoader(dataset, batch_size=self.batch_size, sampler=sampler, drop_last=self.drop_last, **common)
-        sampler = None
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            if len(dataset) < dist.get_world_size():
-                # A rank with no evaluation batch skips the evaluation loop while the others wait for it.
-                raise ValueError(f"an evaluation set of {len(dataset)} samples cannot be shared by "
-                                 f"{dist.get_world_size()} ranks; use more samples (data subset) or fewer devices")
-            # Lightning's default DistributedSampler pads with repeated samples; this one does not,
-            # so each sample is evaluated exactly once. Lightning keeps a DistributedSampler subclass.
-            sampler = UnrepeatedDistributedSampler(dataset, num_replicas=dist.get_world_size(), rank=dist.get_rank(), shuffle=False)
-        return DataLoader(dataset, batch_size=self.eval_batch_size, shuffle=False, sampler=sampler, drop_last=False, **common)
-
-    def train_dataloader(self) -> DataLoader:
-        """Shuffled batches ``(x, y, index)`` of the fitted samples, ``batch_size`` each."""
-        return self._loader(self.fit_set, train=True)
-
-    def val_dataloader(self) -> list[DataLoader]:
-        """[fitted samples in order (clustering accuracy), held-out test split in order]."""
-        return [self._loader(self.fit_set, train=False), self._loader(self.heldout_set, train=False)]
-
-    def test_dataloader(self) -> DataLoader:
-        """The held-out test split, in order."""
-        return self._loader(self.heldout_set, train=False)
-
-    def predict_dataloader(self) -> DataLoader:
-        """The fitted samples, in order."""
-        return self._loader(self.fit_set, train=False)
 
 
 class MNISTDataModule(_ImageDataModule):

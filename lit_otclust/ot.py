@@ -427,6 +427,7 @@ def ot_clustering_loss(
     reg_m: float | None = None,
     g_init: Tensor | None = None,
     distributed: bool = False,
+    warn: bool = True,
 ) -> tuple[Tensor, SinkhornResult]:
     r"""The paper's clustering loss :math:`\ell_c^{OT_\epsilon}`, the value of (OT_eps) at the Sinkhorn plan.
 
@@ -440,7 +441,7 @@ def ot_clustering_loss(
     Args:
         z: (n, p) embeddings. centers: (K, p) cluster centers :math:`\mu`.
         proportions: (K,) cluster proportions w, summing to 1; default uniform.
-        epsilon, max_iter, tol, reg_m, g_init, distributed: as in :func:`sinkhorn`.
+        epsilon, max_iter, tol, reg_m, g_init, distributed, warn: as in :func:`sinkhorn`.
         gradient: ``"envelope"`` (default) solves without autograd and differentiates the objective with
             the plan held fixed, exact at the optimum by Danskin's theorem: :math:`\partial\ell/\partial C = P^*`.
             ``"unrolled"`` backpropagates through the iterations, as in the paper (single process only).
@@ -452,7 +453,8 @@ def ot_clustering_loss(
     if gradient not in ("envelope", "unrolled"):
         raise ValueError(f"`gradient` must be 'envelope' or 'unrolled', got {gradient!r}")
     cost = squared_distances(z, centers)  # (n, K)
-    solve = dict(epsilon=epsilon, max_iter=max_iter, tol=tol, reg_m=reg_m, g_init=g_init, distributed=distributed)
+    solve = dict(epsilon=epsilon, max_iter=max_iter, tol=tol, reg_m=reg_m, g_init=g_init, distributed=distributed,
+                 warn=warn)
     if gradient == "unrolled":
         if distributed and _Group(True).active:
             raise ValueError("gradient='unrolled' is not supported with distributed=True; use 'envelope'")

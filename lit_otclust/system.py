@@ -15,16 +15,17 @@ loss) are switched by :class:`lit_otclust.callbacks.PhaseSwitch`; this module on
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Literal
 
 import lightning as L
 import numpy as np
 import torch
-import torch.nn.functional as F
+from lightning.pytorch.utilities import rank_zero_info
 from sklearn.cluster import KMeans
 from torch import Tensor, nn
 
-from lit_otclust.metrics import HungarianAccuracy, hungarian_accuracy
+from lit_otclust.metrics import HungarianAccuracy
 from lit_otclust.ot import ot_clustering_loss, soft_kmeans_loss, squared_distances
 
 Clustering = Literal["ot", "soft_kmeans", "none"]
@@ -69,7 +70,9 @@ class DeepClustering(L.LightningModule):
             (argmin_k ||z - mu_k||^2 - g_k with the cluster potential g averaged over training
             batches, which respects the prescribed proportions). Both are always logged; this
             picks the one behind ``val/acc``.
-        kmeans_n_init: k-means restarts, for the AE + k-means evaluation.
+        kmeans_n_init: deprecated and ignored (kept so older configs and checkpoints load): the
+            centers' k-means lives in :class:`~lit_otclust.callbacks.PhaseSwitch`, set by
+            ``phases.kmeans_n_init``.
         anneal_epochs, epsilon_start, reg_m_start: anneal the problem over the first
             ``anneal_epochs`` epochs of the joint phase, geometrically (per epoch) from
             ``epsilon_start`` to ``epsilon`` (a soft, DKM-style start) and from ``reg_m_start`` to
@@ -99,7 +102,7 @@ class DeepClustering(L.LightningModule):
         reg_m: float | None = None,
         cost_scale: Literal["none", "batch_mean"] = "none",
         assignment: Literal["distance", "potential"] = "distance",
-        kmeans_n_init: int = 10,
+        kmeans_n_init: int | None = None,
         anneal_epochs: int = 0,
         epsilon_start: float | None = None,
         reg_m_start: float | None = None,
@@ -161,9 +164,9 @@ class DeepClustering(L.LightningModule):
             f"{s}_{a}": HungarianAccuracy(num_clusters, num_clusters)
             for s in EVAL_SETS for a in ("distance", "potential")
         })
-        # Per evaluation set: embeddings and labels (k-means evaluation), cluster sizes (otherwise).
-        self._eval_z: dict[int, list[Tensor]] = {}
-        self._eval_y: dict[int, list[Tensor]] = {}
+        # Unconverged Sinkhorn solves in the current epoch (logged per epoch, warned about once per run).
+        self._unconverged, self._worst_error, self._warned_unconverged = 0, 0.0, False
+        # Per evaluation set: the cluster sizes of the assignments.
         self._eval_sizes: dict[int, Tensor] = {}
 
     @property
@@ -228,8 +231,11 @@ class DeepClustering(L.LightningModule):
         loss, res = ot_clustering_loss(
             z, centers, self.proportions, epsilon=epsilon, gradient=hp.gradient,
             max_iter=hp.sinkhorn_max_iter, tol=hp.sinkhorn_tol, reg_m=reg_m, g_init=warm,
-            distributed=world > 1,
+            distributed=world > 1, warn=False,  # counted per epoch and warned about once per run instead
         )
+        if not res.converged:
+            self._unconverged += 1
+            self._worst_error = max(self._worst_error, float(res.marginal_error))
         g = res.g.detach()
         self.g_last.copy_(g)
         if scale is not None:
@@ -258,14 +264,54 @@ class DeepClustering(L.LightningModule):
         z, x_hat = self.autoencoder(x)
         recon = self.reconstruction_loss(x, x_hat)
         if self.joint and self.hparams.clustering != "none":
-            clust, stats = self.clustering_loss(z)
+            try:
+                clust, stats = self.clustering_loss(z)
+            except ValueError as err:  # the solver refuses a non-finite cost: name the term and the step
+                if "NaN or Inf" not in str(err):
+                    raise
+                self._non_finite({"cost ||f(x) - mu||^2 (embeddings or centers diverged)": torch.tensor(math.nan)})
         else:
             # Zero-weight use of the centers keeps DDP's every-parameter-gets-a-gradient rule.
             clust, stats = self.centers.sum() * 0.0, {}
         loss = recon + self.hparams.clustering_weight * clust
+        if not torch.isfinite(loss):  # one host sync a step; the Sinkhorn loop already syncs more often
+            self._non_finite({"reconstruction loss": recon, "clustering loss": clust})
         logged = {"train/loss": loss, "train/recon": recon, "train/cluster": clust, **{f"train/{k}": v for k, v in stats.items()}}
         self.log_dict(logged, on_step=False, on_epoch=True, batch_size=x.shape[0], sync_dist=True)
         return loss
+
+    def _non_finite(self, terms: dict[str, Tensor]) -> None:
+        bad = ", ".join(f"{name} = {float(value):g}" for name, value in terms.items() if not torch.isfinite(value))
+        if not torch.isfinite(self.g_last).any():
+            bad += " (the Sinkhorn potentials are not finite)"
+        raise FloatingPointError(
+            f"epoch {self.current_epoch}, step {self.global_step}: {bad or 'the loss is not finite'}. Training "
+            "stopped; the last checkpoint written holds the last good state. Lower model.lr, raise model.epsilon, "
+            "or check the input data for NaN/inf.")
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if grads and not torch.isfinite(torch.stack(torch._foreach_norm(grads)).sum()):
+            names = [n for n, p in self.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()]
+            raise FloatingPointError(
+                f"epoch {self.current_epoch}, step {self.global_step}: the gradient of {', '.join(names[:3])}"
+                f"{' and others' if len(names) > 3 else ''} is not finite. Training stopped; the last checkpoint "
+                "written holds the last good state. Lower model.lr, or check the input data for NaN/inf.")
+
+    def on_train_epoch_end(self) -> None:
+        if self.hparams.clustering != "ot" or not self.joint:
+            return
+        # Every rank solves the same global problem, so the counts agree without a reduction.
+        self.log("train/sinkhorn_unconverged", float(self._unconverged), on_epoch=True)
+        if self._unconverged and not self._warned_unconverged and self.trainer.is_global_zero:
+            warnings.warn(
+                f"epoch {self.current_epoch}: {self._unconverged} Sinkhorn solves did not reach tol "
+                f"{self.hparams.sinkhorn_tol:g} within {self.hparams.sinkhorn_max_iter} iterations (worst column "
+                f"marginal error {self._worst_error:.3g}); `train/sinkhorn_unconverged` counts them every epoch. "
+                "Raise model.sinkhorn_max_iter or model.epsilon, or loosen model.sinkhorn_tol. (Warned once per run.)",
+                RuntimeWarning, stacklevel=2)
+            self._warned_unconverged = True
+        self._unconverged, self._worst_error = 0, 0.0
 
     def configure_optimizers(self):
         hp = self.hparams
@@ -289,27 +335,23 @@ class DeepClustering(L.LightningModule):
             cost = cost - self.g_avg
         return cost.argmin(1)
 
-    @property
-    def uses_kmeans_eval(self) -> bool:
-        """AE + k-means evaluation: the ``none`` baseline, and every method while pre-training."""
-        return self.hparams.clustering == "none" or not self.joint
-
     # ---- evaluation ---------------------------------------------------------------------------
+    _noted_unlabelled = False  # the one-time note that label-based metrics are skipped
+
     def on_validation_epoch_start(self) -> None:
-        self._eval_z, self._eval_y, self._eval_sizes = {}, {}, {}
+        self._eval_sizes = {}
 
     def validation_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
+        """Assigns by the centers; evaluation only reads them. While pre-training and for the AE + k-means
+        baseline (``clustering="none"``) those are k-means centers, which ``PhaseSwitch`` fits on the
+        embeddings before each evaluation of a ``fit`` (a step of that method, not of the evaluation)."""
         x, y, _ = batch
         z = self.embed(x)
-        if self.uses_kmeans_eval:
-            # k-means needs every embedding at once: keep them (70k x 10 floats is 2.8 MB).
-            self._eval_z.setdefault(dataloader_idx, []).append(z.cpu())
-            self._eval_y.setdefault(dataloader_idx, []).append(y.cpu())
-            return
         name = EVAL_SETS[dataloader_idx]
         pred = {rule: self.assign(z, rule) for rule in ("distance", "potential")}
+        labelled = y >= 0  # y = -1: a sample without a label (a user's images), left out of acc/NMI/ARI
         for rule, p in pred.items():
-            self.metrics[f"{name}_{rule}"].update(p, y)
+            self.metrics[f"{name}_{rule}"].update(p[labelled], y[labelled])
         sizes = torch.bincount(pred[self.hparams.assignment], minlength=len(self.centers))
         self._eval_sizes[dataloader_idx] = self._eval_sizes.get(dataloader_idx, 0) + sizes
 
@@ -319,13 +361,16 @@ class DeepClustering(L.LightningModule):
             metric = self.metrics[f"{name}_{rule}"]
             res = metric.compute()
             metric.reset()
+            if torch.isnan(res["acc"]):  # 0 / 0: no labelled sample in this set (on any rank)
+                if not self._noted_unlabelled:
+                    rank_zero_info(f"{prefix}: the samples have no labels (y = -1), so acc, NMI and ARI are not "
+                                   f"logged; the cluster sizes still are")
+                    self._noted_unlabelled = True
+                continue
             suffix = "" if rule == self.hparams.assignment else f"_{rule}"
             self.log_dict({f"{prefix}/{k}{suffix}": res[k] for k in ("acc", "nmi", "ari")})
 
     def on_validation_epoch_end(self) -> None:
-        if self.uses_kmeans_eval:
-            self._log_kmeans_eval()
-            return
         # Every evaluation set the loaders have, not only those this rank saw a batch of: under DDP a
         # rank whose shard of a small set is empty must still join the collectives, or the others hang.
         for idx in range(len(self.trainer.num_val_batches)):
@@ -334,56 +379,19 @@ class DeepClustering(L.LightningModule):
             self._log_metrics(name, name)
             self._log_sizes(name, self.trainer.strategy.reduce(sizes.float(), reduce_op="sum"))
 
-    def _gather(self, idx: int) -> tuple[Tensor, Tensor]:
-        """All ranks' embeddings and labels of evaluation set ``idx`` (the shards differ by <= 1)."""
-        z_parts, y_parts = self._eval_z.get(idx, []), self._eval_y.get(idx, [])
-        if z_parts:
-            z, y = torch.cat(z_parts), torch.cat(y_parts)
-        else:  # this rank's shard is empty (DDP on a set smaller than the ranks)
-            z, y = torch.zeros(0, self.autoencoder.latent_dim), torch.zeros(0, dtype=torch.long)
-        if self.trainer.world_size == 1:
-            return z, y
-        n = torch.tensor([len(y)], device=self.device)
-        counts = self.all_gather(n).flatten().tolist()
-        pad = max(counts) - len(y)
-        zg = self.all_gather(F.pad(z.to(self.device), (0, 0, 0, pad)))  # (W, max, p)
-        yg = self.all_gather(F.pad(y.to(self.device), (0, pad)))
-        return (torch.cat([zg[r, :c] for r, c in enumerate(counts)]).cpu(),
-                torch.cat([yg[r, :c] for r, c in enumerate(counts)]).cpu())
-
-    def _log_kmeans_eval(self) -> None:
-        K, hp = len(self.centers), self.hparams
-        z_fit, y_fit = self._gather(0)
-        centers = kmeans(z_fit, K, hp.kmeans_n_init, hp.seed)  # same data and seed on every rank
-        # Keep them as the model's centers, so test and predict assign by them too (the centers
-        # are not trained in this phase: they get zero gradients).
-        self.centers.data.copy_(centers.to(self.centers))
-        for idx in range(len(self.trainer.num_val_batches)):  # all sets, also those this rank has no batch of
-            name = EVAL_SETS[idx]
-            z, y = (z_fit, y_fit) if idx == 0 else self._gather(idx)
-            pred = squared_distances(z, centers).argmin(1)
-            res = hungarian_accuracy(pred, y, K, K)
-            self.log_dict({f"{name}/{k}": res[k].to(self.device) for k in ("acc", "nmi", "ari")})
-            self._log_sizes(name, torch.bincount(pred, minlength=K).float().to(self.device))
-
     def _log_sizes(self, name: str, sizes: Tensor) -> None:
-        """The cluster-size histogram, summarised as scalars (and as a W&B histogram if logging there)."""
+        """The cluster-size histogram, summarised as scalars (its pictures: :class:`lit_otclust.figures.ClusterFigures`)."""
         frac = sizes / sizes.sum().clamp_min(1)
         ent = -(frac * frac.clamp_min(1e-12).log()).sum() / np.log(len(frac))
         self.log_dict({f"{name}/size_min": frac.min(), f"{name}/size_max": frac.max(), f"{name}/size_entropy": ent})
-        for logger in self.loggers:
-            if type(logger).__name__ == "WandbLogger" and self.trainer.is_global_zero:
-                import wandb
-
-                logger.experiment.log({f"{name}/cluster_sizes": wandb.Histogram(
-                    np_histogram=(sizes.cpu().numpy(), np.arange(len(sizes) + 1))), "trainer/global_step": self.global_step})
 
     # ---- test and predict ---------------------------------------------------------------------
     def test_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int) -> None:
         x, y, _ = batch
         z = self.embed(x)
+        labelled = y >= 0  # as in validation_step
         for rule in ("distance", "potential"):
-            self.metrics[f"heldout_{rule}"].update(self.assign(z, rule), y)
+            self.metrics[f"heldout_{rule}"].update(self.assign(z, rule)[labelled], y[labelled])
 
     def on_test_epoch_end(self) -> None:
         self._log_metrics("heldout", "test")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import os
 import signal
 import subprocess
@@ -169,6 +170,8 @@ def test_every_training_config_builds(config, monkeypatch):
     """Each Table 1 config parses and instantiates, with K and the input shape linked from the data."""
     if config in ("mnist_kmeans.yaml", "cifar10_kmeans.yaml"):
         pytest.skip("k-means on raw pixels is the baselines command, not a fit config")
+    if config == "folder_example.yaml":
+        pytest.skip("needs the user's image folder; tests/test_user_data.py builds it on a folder it writes")
     monkeypatch.setenv("WANDB_MODE", "disabled")
     cli = OTClusterCLI(DeepClustering, L.LightningDataModule, subclass_mode_data=True, run=False,
                        args=["--config", str(REPO / "configs" / config), "--trainer.logger", "false"])
@@ -181,3 +184,32 @@ def test_every_training_config_builds(config, monkeypatch):
     assert model.hparams.clustering == expected
     switch = next(cb for cb in cli.trainer.callbacks if isinstance(cb, PhaseSwitch))
     assert (switch.pretrain_epochs > 0) == (stem.endswith("_p") or stem == "smoke")
+
+
+class AbsurdLearningRate(L.Callback):
+    """From epoch ``epoch`` on, a learning rate of 1e8: the weights blow up within a step or two."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        if trainer.current_epoch == self.epoch:
+            for group in trainer.optimizers[0].param_groups:
+                group["lr"] = 1e8
+
+
+def test_a_non_finite_loss_stops_the_run_naming_epoch_step_and_term_and_keeps_the_last_good_checkpoint(data_dir, tmp_path):
+    cli = OTClusterCLI(DeepClustering, L.LightningDataModule, subclass_mode_data=True, run=False,
+                       args=["--config", SMOKE, "--data.data_dir", str(data_dir), "--trainer.default_root_dir",
+                             str(tmp_path), "--trainer.max_epochs", "4"])
+    cli.trainer.callbacks.append(AbsurdLearningRate(epoch=2))
+    with pytest.raises(FloatingPointError, match=r"epoch 2, step 2\d: .*(loss|gradient|cost)") as err:
+        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    wandb.finish()
+    assert "not finite" in str(err.value) or "nan" in str(err.value)
+    last = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
+    assert last["epoch"] == 1 and last["global_step"] == 20  # the end of the last good epoch
+    assert all(torch.isfinite(v).all() for v in last["state_dict"].values() if v.is_floating_point())
+    # Nothing non-finite reached the logs: the run stopped at the first bad step.
+    for epoch, row in epoch_metrics(tmp_path).items():
+        assert all(math.isfinite(v) for v in row.values()), (epoch, row)

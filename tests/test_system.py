@@ -253,3 +253,39 @@ def test_a_checkpoint_of_another_config_names_the_setting(data_dir, tmp_path):
         trainer, dm = _tiny_fit(data_dir, other, PhaseSwitch(), max_epochs=1)
         with pytest.raises(ValueError, match=match):
             trainer.validate(other, datamodule=dm, ckpt_path=tmp_path / "k10.ckpt", verbose=False, weights_only=False)
+
+
+def test_ae_kmeans_is_scored_by_sklearn_kmeans_and_validation_writes_nothing(data_dir):
+    """The AE + k-means baseline's val/acc is sklearn's k-means of the embeddings, Hungarian-matched
+    (a second code path), and a later ``validate`` (as from a checkpoint) leaves every tensor as it was."""
+    from lit_otclust.metrics import hungarian_accuracy
+
+    L.seed_everything(0)
+    dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", subset=500, batch_size=100)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=10, clustering="none")
+    trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, num_sanity_val_steps=0,
+                        callbacks=[PhaseSwitch(pretrain_epochs=0, kmeans_n_init=2, seed=3)])
+    trainer.fit(module, datamodule=dm)
+    with torch.no_grad():
+        z = module.autoencoder.encoder(dm.fit_set.x).double().numpy()
+    pred = torch.as_tensor(KMeans(10, n_init=2, random_state=3).fit_predict(z))
+    expected = hungarian_accuracy(pred, dm.fit_set.y, 10, 10)["acc"]
+    assert float(trainer.callback_metrics["val/acc"]) == pytest.approx(float(expected), abs=1e-6)
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    module.centers.data.add_(1.0)  # centers a fit's k-means would replace: validate must keep them
+    before["centers"] += 1.0
+    trainer.validate(module, datamodule=dm, verbose=False)
+    for name, value in module.state_dict().items():
+        assert torch.equal(value, before[name]), name
+
+
+def test_unconverged_solves_are_counted_per_epoch_and_warned_about_once_per_run(data_dir):
+    module = DeepClustering(MLPAutoencoder(), num_clusters=10, sinkhorn_max_iter=2, sinkhorn_tol=1e-12)
+    trainer, dm = _tiny_fit(data_dir, module, PhaseSwitch(pretrain_epochs=0, kmeans_n_init=1), max_epochs=2)
+    with pytest.warns(RuntimeWarning, match="did not reach tol") as record:
+        trainer.fit(module, datamodule=dm)
+    assert len([w for w in record if "did not reach tol" in str(w.message)]) == 1
+    # 300 samples in batches of 100: every one of the 3 solves of the last epoch stopped at 2 iterations.
+    assert float(trainer.callback_metrics["train/sinkhorn_unconverged"]) == 3.0
+    assert float(trainer.callback_metrics["train/sinkhorn_converged"]) == 0.0
