@@ -621,7 +621,12 @@ class MNISTDataModule(_ImageDataModule):
         return torchvision.datasets.MNIST(self.data_dir, train=train, download=download)
 
     def _read_split(self, train: bool) -> tuple[Tensor, Tensor]:
-        dataset = self._torchvision_dataset(train, download=False)
+        names = self.files[:2] if train else self.files[2:]
+        try:
+            dataset = self._torchvision_dataset(train, download=False)
+        except (RuntimeError, ValueError) as error:  # a truncated or foreign file fails torchvision's parser
+            raise RuntimeError(f"MNIST files {' / '.join(names)} in {self.data_dir / self.folder} are corrupted "
+                               f"or truncated ({error}); replace them with the originals") from error
         return dataset.data.reshape(len(dataset.data), -1), dataset.targets.to(torch.int64)  # (N, 784), (N,)
 
 

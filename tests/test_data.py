@@ -249,3 +249,15 @@ def test_prepare_data_with_files_present_needs_no_network(data_dir: Path) -> Non
     before = {p: p.stat().st_mtime_ns for p in (data_dir / "MNIST").rglob("*")}
     MNISTDataModule(str(data_dir)).prepare_data()
     assert {p: p.stat().st_mtime_ns for p in (data_dir / "MNIST").rglob("*")} == before
+
+
+def test_a_truncated_file_is_named(data_dir: Path, tmp_path: Path) -> None:
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for name in MNISTDataModule.files:
+        (raw / name).symlink_to(data_dir / "MNIST" / "raw" / name)
+    (raw / "train-images-idx3-ubyte").unlink()
+    (raw / "train-images-idx3-ubyte").write_bytes((data_dir / "MNIST" / "raw" / "train-images-idx3-ubyte").read_bytes()[:1000])
+    dm = MNISTDataModule(data_dir=str(tmp_path), download=False, fit_split="train")
+    with pytest.raises(RuntimeError, match="train-images-idx3-ubyte.*corrupted or truncated"):
+        dm.setup("fit")
