@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.utilities import rank_zero_warn
+from torch import Tensor
 
+from lit_otclust.matching import labelled_examples, match_labels, match_sizes
 from lit_otclust.metrics import hungarian_accuracy
+from lit_otclust.ot import squared_distances
 from lit_otclust.system import kmeans
+
+MATCHINGS = ("none", "sizes", "labels")
 
 
 class PhaseSwitch(L.Callback):
@@ -25,20 +30,43 @@ class PhaseSwitch(L.Callback):
     either phase continues where it was: the centers are initialised exactly once, and a resumed
     joint-phase run never re-initialises them (they come from the checkpoint).
 
+    Which center carries which proportion: the OT loss gives center k the mass
+    ``model.proportions[k]``, and k-means returns its centers in no particular order. With a
+    non-uniform w, ``match_proportions`` reorders them after k-means (:mod:`lit_otclust.matching`):
+
+    - ``"sizes"`` (default): the k-means cluster sizes are matched to w (Hungarian algorithm on the
+      squared differences: the largest cluster carries the largest w, and so on down). Needs no
+      labels. A uniform w leaves the k-means order as it is.
+    - ``"labels"``: ``labelled_per_class`` seeded examples of each class of the fitted samples
+      pin classes to centers: center k is the k-means cluster where class k's examples fall most
+      (Hungarian algorithm on their counts). Only those examples' labels are read. This assumes
+      ``proportions[k]`` is the proportion of class k, as with ``data.class_proportions``.
+    - ``"none"``: the k-means order.
+
     Args:
         pretrain_epochs: epochs of reconstruction-only training before the joint phase.
         kmeans_n_init: k-means++ restarts for the centers' initialisation.
-        seed: seeds that k-means.
+        seed: seeds that k-means (and the draw of the labelled examples).
+        match_proportions: ``"sizes"``, ``"labels"`` or ``"none"``: how the k-means centers are
+            ordered to meet the proportions (above).
+        labelled_per_class: labelled examples per class for ``match_proportions="labels"``.
     """
 
-    def __init__(self, pretrain_epochs: int = 0, kmeans_n_init: int = 10, seed: int = 0) -> None:
+    def __init__(self, pretrain_epochs: int = 0, kmeans_n_init: int = 10, seed: int = 0,
+                 match_proportions: Literal["none", "sizes", "labels"] = "sizes", labelled_per_class: int = 10) -> None:
         if pretrain_epochs < 0:
             raise ValueError(f"pretrain_epochs must be >= 0, got {pretrain_epochs}")
         if kmeans_n_init < 1:
             raise ValueError(f"kmeans_n_init must be >= 1, got {kmeans_n_init}")
+        if match_proportions not in MATCHINGS:
+            raise ValueError(f"match_proportions must be one of {MATCHINGS}, got {match_proportions!r}")
+        if labelled_per_class < 1:
+            raise ValueError(f"labelled_per_class must be >= 1, got {labelled_per_class}")
         self.pretrain_epochs = pretrain_epochs
         self.kmeans_n_init = kmeans_n_init
         self.seed = seed
+        self.match_proportions = match_proportions
+        self.labelled_per_class = labelled_per_class
         self.phase = "pretrain"
         self.switch_epoch: int | None = None
 
@@ -61,6 +89,12 @@ class PhaseSwitch(L.Callback):
             raise ValueError("PhaseSwitch initialises the centers by k-means on every fitted image and reads them from "
                              "the data module's `fit_set`; pass a data module that has one (e.g. MNISTDataModule) "
                              "instead of bare dataloaders")
+        if self.match_proportions == "labels":
+            labels, K = trainer.datamodule.fit_set.y, len(pl_module.centers)
+            if (labels < 0).any() or int(labels.max()) >= K:
+                raise ValueError(f"phases.match_proportions='labels' reads a few labels of each class 0..{K - 1} "
+                                 f"(one class per cluster) from the fitted samples, but their labels span "
+                                 f"[{int(labels.min())}, {int(labels.max())}] (-1: no label); use 'sizes'")
         clustering = getattr(pl_module.hparams, "clustering", "ot")
         max_epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs >= 0 else None
         if clustering != "none" and max_epochs is not None and self.pretrain_epochs >= max_epochs:
@@ -118,18 +152,32 @@ class PhaseSwitch(L.Callback):
 
     @torch.no_grad()
     def init_centers(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """mu <- k-means on the embeddings of all fitted samples (every rank embeds them all)."""
+        """mu <- k-means on the embeddings of all fitted samples (every rank embeds them all), in the order
+        ``match_proportions`` gives; rank 0 computes them and broadcasts, so every rank has the same."""
         was_training = pl_module.training
         pl_module.eval()
         x = trainer.datamodule.fit_set.x  # (N, *input_shape): the fitted samples, in memory
         z = torch.cat([pl_module.embed(xb.to(pl_module.device)) for xb in x.split(10_000)])
         pl_module.train(was_training)
         if trainer.is_global_zero:
-            centers = kmeans(z, len(pl_module.centers), self.kmeans_n_init, self.seed).to(pl_module.centers)
+            centers = kmeans(z, len(pl_module.centers), self.kmeans_n_init, self.seed)  # (K, p), CPU
+            order = self.center_order(z.cpu(), centers, pl_module.proportions.cpu(), trainer.datamodule.fit_set.y)
+            centers = centers[order].to(pl_module.centers)
         else:
             centers = torch.empty_like(pl_module.centers)
         centers = trainer.strategy.broadcast(centers, src=0)
         pl_module.centers.data.copy_(centers)
+
+    def center_order(self, z: Tensor, centers: Tensor, proportions: Tensor, labels: Tensor) -> Tensor:
+        """The order of the k-means centers (K,) that ``match_proportions`` asks for, from the embeddings z (N, p)."""
+        K = len(centers)
+        if self.match_proportions == "sizes":
+            nearest = squared_distances(z, centers).argmin(1)  # (N,)
+            return match_sizes(torch.bincount(nearest, minlength=K) / len(z), proportions)
+        if self.match_proportions == "labels":
+            chosen = labelled_examples(labels, self.labelled_per_class, K, self.seed)  # (n,)
+            return match_labels(squared_distances(z[chosen], centers).argmin(1), labels[chosen], K)
+        return torch.arange(K)
 
 
 class ClusterWriter(BasePredictionWriter):

@@ -28,7 +28,9 @@ Every data module here (these two, and the folder and array modules of
 fitted samples with those class proportions, the largest the classes allow
 (:func:`proportional_counts`), for studying the OT loss with unequal cluster sizes.
 :func:`geometric_proportions` gives a long-tailed set with a chosen largest/smallest ratio. The
-model is told the proportions separately (``--model.proportions``, which must match).
+model is told the proportions separately (``--model.proportions``, which must match). MNIST and
+CIFAR-10 also take ``classes``, a few classes kept and relabelled 0, 1, ... (e.g. the paper's
+two-digit example: ``classes=[1, 2]``, ``class_proportions=[0.2, 0.8]``).
 """
 
 from __future__ import annotations
@@ -472,9 +474,13 @@ class _ImageDataModule(_InMemoryDataModule):
         subset: if set, a seeded class-stratified subset of that many fitted samples; the held-out
             test split is cut the same way to min(subset, 10,000) samples, so smoke runs stay fast.
         class_proportions: an imbalanced version of the data set: a seeded per-class subsample
-            with these class proportions (10 floats summing to 1; see :class:`_InMemoryDataModule`),
-            e.g. ``geometric_proportions(10, 10.0)``; the test split is subsampled the same way.
-            ``--model.proportions`` must match for the OT loss to use them.
+            with these class proportions (one float per class, summing to 1; see
+            :class:`_InMemoryDataModule`), e.g. ``geometric_proportions(10, 10.0)``; the test split is
+            subsampled the same way. ``--model.proportions`` must match for the OT loss to use them.
+        classes: keep only these classes (e.g. ``[3, 8]``: two digits), relabelled 0, 1, ... in the
+            order given, in the fitted and the held-out samples; ``num_classes`` (hence the model's
+            number of clusters, linked by the CLI) becomes their number. ``class_proportions`` and
+            ``subset`` then apply to the kept samples, ``class_proportions[i]`` to ``classes[i]``.
         seed: seed of the subset draw and of the training order (see EpochShuffleSampler).
         scaling: "unit" for pixels / 255 in [0, 1]; "standard" for (pixel / 255 - mean) / std per
             channel, with the official training split's ``mean`` and ``std``.
@@ -485,13 +491,15 @@ class _ImageDataModule(_InMemoryDataModule):
     Every loader yields ``(x, y, index)``: x float32 (B, *input_shape), y int64 (B,), and index
     int64 (B,), the sample's position in that loader's sample set (fitted or held-out), so
     predictions can be written per sample also when DDP interleaves samples across ranks.
-    ``num_classes`` and ``input_shape`` are class attributes, for LightningCLI ``link_arguments``.
+    ``num_classes`` and ``input_shape`` are attributes (``num_classes`` set per instance when
+    ``classes`` is given), for LightningCLI ``link_arguments``.
 
     Raises:
         ValueError: unknown fit_split or scaling; subset outside [1, available]; batch_size or
             eval_batch_size below 1; batch_size above the fitted samples with drop_last;
-            class_proportions not 10 non-negative numbers summing to 1, or (in ``setup``) asking
-            a class for more samples than it has.
+            class_proportions not one non-negative number per class summing to 1, or (in ``setup``)
+            asking a class for more samples than it has; classes with repeats, fewer than 2, or
+            outside [0, 10).
         FileNotFoundError: in ``setup``, when files are missing (names the folder and the files).
     """
 
@@ -513,11 +521,17 @@ class _ImageDataModule(_InMemoryDataModule):
         fit_split: str = "all",
         subset: int | None = None,
         class_proportions: list[float] | None = None,
+        classes: list[int] | None = None,
         seed: int = 0,
         scaling: str = "unit",
         drop_last: bool = True,
         num_workers: int = 0,
     ) -> None:
+        if classes is not None:
+            if len(set(classes)) != len(classes) or len(classes) < 2 or not all(0 <= c < self.num_classes for c in classes):
+                raise ValueError(f"classes={list(classes)} must be at least 2 distinct classes of [0, {self.num_classes})")
+            self.num_classes = len(classes)  # before the base class checks class_proportions against it
+        self.classes = None if classes is None else [int(c) for c in classes]
         if fit_split not in FIT_SPLITS:
             raise ValueError(f"fit_split={fit_split!r} is unknown; choose one of {FIT_SPLITS}")
         available = self.split_sizes["train"] + self.split_sizes["test"] if fit_split == "all" else self.split_sizes[fit_split]
@@ -570,12 +584,14 @@ class _ImageDataModule(_InMemoryDataModule):
         if self.fit_set is not None:
             return
         self._check_files()
-        test_x, test_y = self._read_split(train=False)
+        test_x, test_y = self._keep_classes(*self._read_split(train=False))
         if self.fit_split == "test":
             fit_x, fit_y = test_x, test_y
         else:
-            train_x, train_y = self._read_split(train=True)
+            train_x, train_y = self._keep_classes(*self._read_split(train=True))
             fit_x, fit_y = (train_x, train_y) if self.fit_split == "train" else (torch.cat([train_x, test_x]), torch.cat([train_y, test_y]))
+        if self.classes is not None:
+            self._check_fit_size(len(fit_y))
         if self.subset is not None or self.class_proportions is not None:
             fit_keep, test_keep = self._fit_indices(fit_y), self._heldout_indices(test_y)
             self._check_fit_size(len(fit_keep))
@@ -591,6 +607,16 @@ class _ImageDataModule(_InMemoryDataModule):
             self.fit_set = InMemoryDataset(self._to_float(fit_x), fit_y)
             start = len(fit_y) - len(test_y)
             self.heldout_set = InMemoryDataset(self.fit_set.x[start:], self.fit_set.y[start:])
+
+    def _keep_classes(self, images: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+        """The samples of ``classes`` only, relabelled by their position in ``classes`` (all if None)."""
+        if self.classes is None:
+            return images, labels
+        relabel = torch.full((max(int(labels.max()), *self.classes) + 1,), -1, dtype=torch.int64)  # old -> new label; -1: dropped
+        relabel[self.classes] = torch.arange(len(self.classes))
+        new = relabel[labels]  # (N,)
+        keep = new >= 0
+        return images[keep], new[keep]
 
     def _to_float(self, images: Tensor) -> Tensor:
         """Map uint8 pixels (N, *input_shape) to float32 per ``scaling``."""

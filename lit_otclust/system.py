@@ -394,7 +394,8 @@ class DeepClustering(L.LightningModule):
             self.metrics[f"heldout_{rule}"].update(self.assign(z, rule)[labelled], y[labelled])
 
     def on_test_epoch_end(self) -> None:
-        self._log_metrics("heldout", "test")
+        # The same quantity as the validation loop's heldout/*, so the same name.
+        self._log_metrics("heldout", "heldout")
 
     def predict_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> dict[str, Tensor]:
         x, y, index = batch

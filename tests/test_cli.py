@@ -128,7 +128,7 @@ def test_validate_test_and_predict_from_a_checkpoint(data_dir, tmp_path):
     val = main(["validate", *common]).trainer.callback_metrics
     test = main(["test", *common]).trainer.callback_metrics
     # Two code paths over the held-out split: the validation loop and the test loop.
-    assert float(test["test/acc"]) == pytest.approx(float(val["heldout/acc"]), abs=1e-6)
+    assert float(test["heldout/acc"]) == pytest.approx(float(val["heldout/acc"]), abs=1e-6)
     main(["predict", *common])
     with open(tmp_path / "predictions.csv") as fh:
         rows = list(csv.DictReader(fh))

@@ -1,0 +1,108 @@
+"""Which k-means center carries which prescribed proportion w_k (plain torch + scipy).
+
+The OT loss gives center k the mass w_k. When w is not uniform, the order of the k-means centers
+that start the joint phase decides which cluster is asked to hold which share of the data: a
+large cluster carrying a small w_k is torn apart by the size constraint. :class:`PhaseSwitch`
+reorders the centers with one of these matchings (``phases.match_proportions``) before training
+on them. Each function returns ``order`` (K,), int64: center k becomes k-means center ``order[k]``
+(``centers[order]``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from scipy.optimize import linear_sum_assignment
+from torch import Tensor
+
+
+def match_sizes(sizes: Tensor, proportions: Tensor) -> Tensor:
+    r"""Put each proportion on the k-means cluster whose size is closest to it.
+
+    .. math::
+        \sigma^\star = \arg\min_{\sigma \in S_K} \sum_{k=1}^K \left(s_{\sigma(k)} - w_k\right)^2
+
+    where :math:`s_j` is the fraction of the samples nearest k-means center :math:`j`, :math:`w_k`
+    the prescribed proportion of cluster :math:`k` and :math:`S_K` the permutations of K items;
+    center :math:`k` becomes k-means center :math:`\sigma^\star(k)`. Solved as a linear assignment
+    (Hungarian algorithm, ``scipy.optimize.linear_sum_assignment``). Squared rather than absolute
+    differences: expanding the square, the objective is :math:`-2 \sum_k s_{\sigma(k)} w_k` plus a
+    constant, so by the rearrangement inequality the optimum pairs the sizes and the proportions in
+    sorted order (the largest cluster carries the largest w), uniquely when the sizes are distinct;
+    the absolute difference ties between orders whenever the sizes and the proportions do not
+    interleave.
+
+    Centers matched to equal proportions are interchangeable (the objective does not change);
+    they keep their k-means order, so a uniform w gives the identity and leaves the centers as
+    k-means returned them.
+
+    Args:
+        sizes: s, (K,), the k-means cluster sizes as fractions of the samples.
+        proportions: w, (K,), the prescribed proportions.
+
+    Returns:
+        order, (K,), int64: a permutation of 0..K-1.
+    """
+    s = sizes.detach().double().cpu().numpy()  # (K,)
+    w = proportions.detach().double().cpu().numpy()  # (K,)
+    if s.shape != w.shape or s.ndim != 1:
+        raise ValueError(f"sizes {tuple(s.shape)} and proportions {tuple(w.shape)} must both be (K,)")
+    cost = (w[:, None] - s[None, :]) ** 2  # (K, K): row k, the proportion; column j, the k-means center
+    _, order = linear_sum_assignment(cost)  # the rows come back as 0..K-1
+    for value in np.unique(w):
+        tied = np.flatnonzero(w == value)
+        order[tied] = np.sort(order[tied])
+    return torch.as_tensor(order, dtype=torch.int64)
+
+
+def match_labels(nearest: Tensor, labels: Tensor, num_clusters: int) -> Tensor:
+    r"""Put center k on the k-means cluster where most labelled examples of class k fall.
+
+    .. math::
+        \sigma^\star = \arg\max_{\sigma \in S_K} \sum_{k=1}^K N_{k \sigma(k)}, \qquad
+        N_{kj} = \#\{i : y_i = k,\ j_i = j\}
+
+    over the labelled examples :math:`i` with class :math:`y_i` and nearest k-means center
+    :math:`j_i`; center :math:`k` becomes k-means center :math:`\sigma^\star(k)` (Hungarian
+    algorithm on the K x K count matrix N). Then w_k sits on the cluster of class k, assuming
+    ``proportions[k]`` is the proportion of class k. A class without examples, or whose examples
+    share a cluster with another class's, gets whichever cluster is left.
+
+    Args:
+        nearest: j, (n,), int64, each labelled example's nearest k-means center in [0, K).
+        labels: y, (n,), int64, each labelled example's class in [0, K).
+        num_clusters: K.
+
+    Returns:
+        order, (K,), int64: a permutation of 0..K-1.
+    """
+    if nearest.shape != labels.shape:
+        raise ValueError(f"nearest {tuple(nearest.shape)} and labels {tuple(labels.shape)} must have the same shape")
+    if len(labels) and not (0 <= int(labels.min()) and int(labels.max()) < num_clusters):
+        raise ValueError(f"labels must lie in [0, {num_clusters}): one class per cluster")
+    counts = torch.bincount(labels * num_clusters + nearest, minlength=num_clusters**2).view(num_clusters, num_clusters)
+    _, order = linear_sum_assignment(counts.cpu().numpy(), maximize=True)  # (K,): row k, class k
+    return torch.as_tensor(order, dtype=torch.int64)
+
+
+def labelled_examples(labels: Tensor, per_class: int, num_classes: int, seed: int) -> Tensor:
+    """A seeded draw of ``per_class`` sample positions of each class 0..num_classes-1 (all of a smaller class).
+
+    It stands for the few images a user would label by hand: :func:`match_labels` reads the
+    labels of these positions only.
+
+    Args:
+        labels: class of each sample, (N,), int64.
+        per_class: examples per class, >= 1.
+        num_classes: the classes to draw from.
+        seed: seed of the draw.
+
+    Returns:
+        Positions, (<= per_class * num_classes,), int64, class 0's first.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    chosen = []
+    for c in range(num_classes):
+        members = torch.nonzero(labels == c).squeeze(1)  # (n_c,)
+        chosen.append(members[torch.randperm(len(members), generator=generator)[:per_class]])
+    return torch.cat(chosen)
