@@ -131,6 +131,10 @@ def batch_plan(model: L.LightningModule, z: Tensor) -> SinkhornResult:
 
 
 # ---- drawing -----------------------------------------------------------------------------------
+def _when(epoch: int | None) -> str:
+    return "from a checkpoint" if epoch is None else f"epoch {epoch}"
+
+
 def _figure(width: float, height: float) -> Figure:
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
@@ -314,10 +318,11 @@ class ClusterFigures(L.Callback):
         self.draw(trainer, pl_module, "final", max(trainer.current_epoch - 1, 0))
 
     def on_predict_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.draw(trainer, pl_module, "final", trainer.current_epoch)
+        # predict restores the weights, not the loops: the epoch is unknown here.
+        self.draw(trainer, pl_module, "final", None)
 
     @torch.no_grad()
-    def draw(self, trainer: L.Trainer, pl_module: L.LightningModule, tag: str, epoch: int) -> dict[str, Path]:
+    def draw(self, trainer: L.Trainer, pl_module: L.LightningModule, tag: str, epoch: int | None) -> dict[str, Path]:
         """Draw every picture of the current model, save ``<name>_<tag>.png``, log to W&B; returns the files."""
         if not trainer.is_global_zero:
             return {}
@@ -346,7 +351,7 @@ class ClusterFigures(L.Callback):
             def histogram(sizes: Tensor) -> wandb.Histogram:
                 return wandb.Histogram(np_histogram=(sizes.numpy(), np.arange(len(sizes) + 1)))
 
-            record = {f"figures/{name}": wandb.Image(str(path), caption=f"{name}, epoch {epoch}")
+            record = {f"figures/{name}": wandb.Image(str(path), caption=f"{name}, {_when(epoch)}")
                       for name, path in files.items()}
             record["val/cluster_sizes"] = histogram(torch.bincount(snap.clusters, minlength=len(snap.centers)))
             if heldout_sizes is not None:
@@ -368,7 +373,7 @@ class ClusterFigures(L.Callback):
         num_classes = max(num_classes or 0, int(y.max()) + 1, 1)
         return _Snapshot(fit_set.x, y, z.float().cpu(), clusters, pl_module.centers.detach().float().cpu(), num_classes)
 
-    def _draw(self, pl_module: L.LightningModule, snap: _Snapshot, datamodule, epoch: int) -> dict[str, Figure]:
+    def _draw(self, pl_module: L.LightningModule, snap: _Snapshot, datamodule, epoch: int | None) -> dict[str, Figure]:
         K, C, N = len(snap.centers), snap.num_classes, len(snap.y)
         labelled = bool((snap.y >= 0).all())  # a user's unlabelled images have y = -1: no class to match
         if labelled:
@@ -377,7 +382,7 @@ class ClusterFigures(L.Callback):
             order, matching = torch.arange(K), torch.full((K,), -1)
         labels = [f"{k}->{int(matching[k])}" if matching[k] >= 0 else f"{k}->-" for k in order.tolist()]
         sizes = torch.bincount(snap.clusters, minlength=K).float() / N  # (K,)
-        head = f"epoch {epoch}, {N} samples" + (f", accuracy {matrix.diagonal().sum().item() / N:.3f}" if labelled else "")
+        head = f"{_when(epoch)}, {N} samples" + (f", accuracy {matrix.diagonal().sum().item() / N:.3f}" if labelled else "")
         figures: dict[str, Figure] = {}
 
         near = nearest_to_centers(snap.z, snap.centers, self.gallery_size)[order]  # (K, n)
@@ -408,7 +413,7 @@ class ClusterFigures(L.Callback):
             nearest = squared_distances(z_batch, pl_module.centers.detach()).argmin(1)
             moved = (res.plan.argmax(1) != nearest).float().mean().item()
             state = "converged" if res.converged else "NOT converged"
-            title = (f"Sinkhorn plan of a batch of {m}, epoch {epoch}, epsilon {pl_module.schedule()[0]:.3g}\n"
+            title = (f"Sinkhorn plan of a batch of {m}, {_when(epoch)}, epsilon {pl_module.schedule()[0]:.3g}\n"
                      f"{res.n_iter} iterations, {state} (marginal error {res.marginal_error:.1e}), "
                      f"{moved:.1%} sent off their nearest center")
             figures["plan"] = plan_figure(res.plan.cpu(), snap.clusters[batch], order, labels, title)
