@@ -31,7 +31,8 @@ from scipy import stats
 
 REPO = Path(__file__).resolve().parents[1]
 CURVE_KEYS = ("val/acc", "val/acc_potential", "val/nmi", "val/ari", "heldout/acc", "train/loss",
-              "train/recon", "train/cluster", "train/sinkhorn_iters", "val/size_min", "val/size_max")
+              "train/recon", "train/cluster", "train/sinkhorn_iters", "train/plan_moved", "train/sinkhorn_unconverged",
+              "val/size_min", "val/size_max")
 
 # Table 1 of the paper: mean, std, min, max of the accuracy over 50 runs of 200 epochs.
 PAPER = {
