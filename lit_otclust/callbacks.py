@@ -50,10 +50,17 @@ class PhaseSwitch(L.Callback):
         match_proportions: ``"sizes"``, ``"labels"`` or ``"none"``: how the k-means centers are
             ordered to meet the proportions (above).
         labelled_per_class: labelled examples per class for ``match_proportions="labels"``.
+        kmeans_at: when the centers are initialised. ``"switch"`` (default): by k-means on the
+            pre-trained embedding when the joint phase starts (the DKM/DEC practice; while
+            pre-training, evaluation refits k-means every epoch). ``"start"``: the paper's Algorithm
+            read literally: k-means on the *untrained* encoder's embedding before the first step,
+            kept through pre-training (evaluation scores those fixed centers) and into the joint
+            phase. The same with ``pretrain_epochs=0``.
     """
 
     def __init__(self, pretrain_epochs: int = 0, kmeans_n_init: int = 10, seed: int = 0,
-                 match_proportions: Literal["none", "sizes", "labels"] = "sizes", labelled_per_class: int = 10) -> None:
+                 match_proportions: Literal["none", "sizes", "labels"] = "sizes", labelled_per_class: int = 10,
+                 kmeans_at: Literal["switch", "start"] = "switch") -> None:
         if pretrain_epochs < 0:
             raise ValueError(f"pretrain_epochs must be >= 0, got {pretrain_epochs}")
         if kmeans_n_init < 1:
@@ -62,20 +69,25 @@ class PhaseSwitch(L.Callback):
             raise ValueError(f"match_proportions must be one of {MATCHINGS}, got {match_proportions!r}")
         if labelled_per_class < 1:
             raise ValueError(f"labelled_per_class must be >= 1, got {labelled_per_class}")
+        if kmeans_at not in ("switch", "start"):
+            raise ValueError(f"kmeans_at must be 'switch' or 'start', got {kmeans_at!r}")
         self.pretrain_epochs = pretrain_epochs
         self.kmeans_n_init = kmeans_n_init
         self.seed = seed
         self.match_proportions = match_proportions
         self.labelled_per_class = labelled_per_class
+        self.kmeans_at = kmeans_at
         self.phase = "pretrain"
         self.switch_epoch: int | None = None
+        self.initialised = False  # kmeans_at="start": the centers were set before the first step
 
     def state_dict(self) -> dict[str, Any]:
-        return {"phase": self.phase, "switch_epoch": self.switch_epoch}
+        return {"phase": self.phase, "switch_epoch": self.switch_epoch, "initialised": self.initialised}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.phase = state_dict["phase"]
         self.switch_epoch = state_dict["switch_epoch"]
+        self.initialised = state_dict.get("initialised", False)  # absent from checkpoints written before it
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         for attr in ("centers", "embed", "joint"):
@@ -118,8 +130,12 @@ class PhaseSwitch(L.Callback):
         pl_module.joint = self.phase == "joint"
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.phase == "pretrain" and trainer.current_epoch >= self.pretrain_epochs:
+        if self.kmeans_at == "start" and not self.initialised and self.phase == "pretrain":
             self.init_centers(trainer, pl_module)
+            self.initialised = True
+        if self.phase == "pretrain" and trainer.current_epoch >= self.pretrain_epochs:
+            if self.kmeans_at == "switch":
+                self.init_centers(trainer, pl_module)
             self.restart_optimization(trainer, pl_module)
             self.phase, self.switch_epoch = "joint", trainer.current_epoch
             pl_module.joint_start_epoch.fill_(trainer.current_epoch)
@@ -129,7 +145,8 @@ class PhaseSwitch(L.Callback):
         # Pre-training, and the AE + k-means baseline throughout, are scored by k-means on the current
         # embeddings: fit the centers here, as a step of training, so that evaluation only reads them
         # (and `validate`/`test`/`predict` from a checkpoint use the centers of the run).
-        if trainer.state.fn == "fit" and (self.phase == "pretrain" or getattr(pl_module.hparams, "clustering", "ot") == "none"):
+        refit = (self.phase == "pretrain" and self.kmeans_at == "switch") or getattr(pl_module.hparams, "clustering", "ot") == "none"
+        if trainer.state.fn == "fit" and refit:
             self.init_centers(trainer, pl_module)
 
     @staticmethod

@@ -13,3 +13,9 @@ SET="trainer.max_epochs=60 phases.pretrain_epochs=20 data.data_dir=$DATA"
 (   $RUN --configs mnist_soft_kmeans_p --set $SET ) &
 wait
 python -m lit_otclust.experiments table --out results/study_switch
+# The paper's Algorithm read literally (issue #14): k-means on the untrained encoder before pre-training,
+# centers kept through it (`phases.kmeans_at=start`), against the refit at the switch above.
+(   $RUN --configs mnist_ot_p --grid phases.kmeans_at=start --set $SET ) &
+(   $RUN --configs mnist_soft_kmeans_p --grid phases.kmeans_at=start --set $SET ) &
+wait
+python -m lit_otclust.experiments table --out results/study_switch

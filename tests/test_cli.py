@@ -75,7 +75,7 @@ def test_module_entry_point_fits_logs_and_switches_phase(data_dir, tmp_path):
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["epoch002.ckpt", "last.ckpt"]
     ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
     state = next(v for k, v in ckpt["callbacks"].items() if "PhaseSwitch" in k)
-    assert state == {"phase": "joint", "switch_epoch": 1}
+    assert state == {"phase": "joint", "switch_epoch": 1, "initialised": False}
     # W&B ran offline, with its run files on disk for a later `wandb sync`.
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and list(runs[0].glob("*.wandb"))

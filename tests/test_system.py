@@ -289,3 +289,38 @@ def test_unconverged_solves_are_counted_per_epoch_and_warned_about_once_per_run(
     # 300 samples in batches of 100: every one of the 3 solves of the last epoch stopped at 2 iterations.
     assert float(trainer.callback_metrics["train/sinkhorn_unconverged"]) == 3.0
     assert float(trainer.callback_metrics["train/sinkhorn_converged"]) == 0.0
+
+
+class _CentersAtEpochStart(L.Callback):
+    def __init__(self) -> None:
+        self.seen: list[torch.Tensor] = []
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self.seen.append(pl_module.centers.detach().clone())
+
+
+def test_kmeans_at_start_is_the_literal_algorithm_centers_of_the_untrained_encoder_kept(data_dir):
+    """kmeans_at="start": k-means on the untrained encoder before the first step (sklearn, a second code
+    path), then the same centers through pre-training and at the switch; "switch" refits them there."""
+    L.seed_everything(0)
+    dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", subset=300, batch_size=100)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=10)
+    dm.setup("fit")
+    with torch.no_grad():
+        z0 = module.autoencoder.encoder(dm.fit_set.x).double().numpy()
+    km = KMeans(10, n_init=1, random_state=0).fit(z0)
+    seen = _CentersAtEpochStart()
+    trainer = L.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, num_sanity_val_steps=0,
+                        callbacks=[PhaseSwitch(pretrain_epochs=2, kmeans_n_init=1, seed=0, kmeans_at="start"), seen])
+    trainer.fit(module, datamodule=dm)
+    np.testing.assert_allclose(seen.seen[0].numpy(), km.cluster_centers_, atol=1e-5)
+    assert torch.equal(seen.seen[1], seen.seen[0]) and torch.equal(seen.seen[2], seen.seen[0])  # kept, evaluated as is
+    L.seed_everything(0)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=10)
+    seen = _CentersAtEpochStart()
+    trainer = L.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, num_sanity_val_steps=0,
+                        callbacks=[PhaseSwitch(pretrain_epochs=2, kmeans_n_init=1, seed=0), seen])
+    trainer.fit(module, datamodule=dm)
+    assert not torch.equal(seen.seen[2], seen.seen[1])  # "switch": refitted on the pre-trained embedding
