@@ -166,6 +166,9 @@ class DeepClustering(L.LightningModule):
         })
         # Unconverged Sinkhorn solves in the current epoch (logged per epoch, warned about once per run).
         self._unconverged, self._worst_error, self._warned_unconverged = 0, 0.0, False
+        # Per-epoch sums of the training terms and statistics (logged at the epoch's end).
+        self._train_sums: dict[str, Tensor | float] = {}
+        self._train_steps = 0
         # Per evaluation set: the cluster sizes of the assignments.
         self._eval_sizes: dict[int, Tensor] = {}
 
@@ -276,9 +279,17 @@ class DeepClustering(L.LightningModule):
         loss = recon + self.hparams.clustering_weight * clust
         if not torch.isfinite(loss):  # one host sync a step; the Sinkhorn loop already syncs more often
             self._non_finite({"reconstruction loss": recon, "clustering loss": clust})
-        logged = {"train/loss": loss, "train/recon": recon, "train/cluster": clust, **{f"train/{k}": v for k, v in stats.items()}}
-        self.log_dict(logged, on_step=False, on_epoch=True, batch_size=x.shape[0], sync_dist=True)
+        # Summed here and logged once an epoch: each self.log call costs Lightning ~1 ms (it moves its
+        # result state with apply_to_collection), ~9 ms a step for these ten keys, 40% of an MNIST step.
+        # The batches have equal sizes (drop_last), so the epoch mean is the mean over steps.
+        for name, value in {"loss": loss, "recon": recon, "cluster": clust, **stats}.items():
+            value = value.detach() if isinstance(value, Tensor) else value
+            self._train_sums[name] = self._train_sums.get(name, 0.0) + value
+        self._train_steps += 1
         return loss
+
+    def on_train_epoch_start(self) -> None:
+        self._train_sums, self._train_steps = {}, 0
 
     def _non_finite(self, terms: dict[str, Tensor]) -> None:
         bad = ", ".join(f"{name} = {float(value):g}" for name, value in terms.items() if not torch.isfinite(value))
@@ -299,6 +310,10 @@ class DeepClustering(L.LightningModule):
                 "written holds the last good state. Lower model.lr, or check the input data for NaN/inf.")
 
     def on_train_epoch_end(self) -> None:
+        if self._train_steps:
+            means = {f"train/{k}": torch.as_tensor(v / self._train_steps, dtype=torch.float32, device=self.device)
+                     for k, v in self._train_sums.items()}
+            self.log_dict(means, on_step=False, on_epoch=True, sync_dist=True)
         if self.hparams.clustering != "ot" or not self.joint:
             return
         # Every rank solves the same global problem, so the counts agree without a reduction.
