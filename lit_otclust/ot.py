@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-__all__ = ["SinkhornResult", "squared_distances", "sinkhorn", "ot_clustering_loss", "soft_kmeans_loss"]
+__all__ = ["NonFiniteCostError", "SinkhornResult", "squared_distances", "sinkhorn", "ot_clustering_loss", "soft_kmeans_loss"]
 
 # Epsilon scaling: each stage divides epsilon by this factor and runs a few iterations warm-started from
 # the previous stage, so that the last stage starts close to its fixed point (Schmitzer 2019, Sec. 3.2).
@@ -40,6 +40,10 @@ _MAX_LOG_STEP = {torch.float32: 10.0, torch.float64: 30.0}
 _EXP_FLOOR = {torch.float32: -80.0, torch.float64: -300.0}
 # Column or row masses below this are too close to underflow to take their log safely.
 _TINY = {torch.float32: 1e-30, torch.float64: 1e-250}
+
+
+class NonFiniteCostError(ValueError):
+    """The cost matrix holds NaN or inf: the embeddings or the centers diverged (a ValueError, as before)."""
 
 
 class SinkhornResult(NamedTuple):
@@ -360,7 +364,7 @@ def sinkhorn(
     if cost.dim() != 2 or not cost.is_floating_point():
         raise ValueError(f"`cost` must be a 2-D floating tensor, got shape {tuple(cost.shape)} and {cost.dtype}")
     if not torch.isfinite(cost).all():
-        raise ValueError("`cost` contains NaN or Inf")
+        raise NonFiniteCostError("`cost` contains NaN or Inf")
     if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
         raise ValueError(f"`epsilon` must be a finite number > 0, got {epsilon!r}")
     if reg_m is not None and not reg_m > 0:

@@ -26,7 +26,7 @@ from sklearn.cluster import KMeans
 from torch import Tensor, nn
 
 from lit_otclust.metrics import HungarianAccuracy
-from lit_otclust.ot import ot_clustering_loss, soft_kmeans_loss, squared_distances
+from lit_otclust.ot import NonFiniteCostError, ot_clustering_loss, soft_kmeans_loss, squared_distances
 
 Clustering = Literal["ot", "soft_kmeans", "none"]
 EVAL_SETS = ("val", "heldout")  # dataloader 0: the fitted samples; 1: the held-out test split
@@ -269,9 +269,7 @@ class DeepClustering(L.LightningModule):
         if self.joint and self.hparams.clustering != "none":
             try:
                 clust, stats = self.clustering_loss(z)
-            except ValueError as err:  # the solver refuses a non-finite cost: name the term and the step
-                if "NaN or Inf" not in str(err):
-                    raise
+            except NonFiniteCostError:  # the solver refuses a non-finite cost: name the term and the step
                 self._non_finite({"cost ||f(x) - mu||^2 (embeddings or centers diverged)": torch.tensor(math.nan)})
         else:
             # Zero-weight use of the centers keeps DDP's every-parameter-gets-a-gradient rule.
