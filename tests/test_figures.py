@@ -24,15 +24,7 @@ from lit_otclust.figures import (FIGURE_NAMES, ClusterFigures, batch_plan, displ
 from lit_otclust.metrics import hungarian_accuracy
 from lit_otclust.models import ConvAutoencoder
 from lit_otclust.system import DeepClustering
-
-REPO = Path(__file__).resolve().parents[1]
-SMOKE = str(REPO / "configs" / "smoke.yaml")
-
-
-@pytest.fixture(autouse=True)
-def _offline(monkeypatch):
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
+from test_cli import REPO, SMOKE, _offline  # noqa: F401 (the autouse fixture: W&B offline and silent)
 
 
 def wandb_records(run_dir: Path) -> list:
