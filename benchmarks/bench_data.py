@@ -12,16 +12,13 @@ PIL + ToTensor path, the usual alternative, for scale.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import torch
 import torchvision
 from torch.utils.data import DataLoader
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from lit_otclust.data import CIFAR10DataModule, MNISTDataModule  # noqa: E402
+from lit_otclust.data import CIFAR10DataModule, MNISTDataModule
 
 
 def seconds(fn) -> float:

@@ -12,16 +12,13 @@ Usage: python benchmarks/bench_sinkhorn.py [--eps 0.01 0.1] [--repeats 3] [--pot
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import warnings
-from pathlib import Path
 
 import ot as pot
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, no install needed
-from lit_otclust.ot import sinkhorn, squared_distances  # noqa: E402
+from lit_otclust.ot import sinkhorn, squared_distances
 
 SIZES = [(300, 10), (3000, 10), (3000, 100), (10000, 1000)]
 

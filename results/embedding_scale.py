@@ -2,7 +2,7 @@
 squared distance to the nearest center (and epsilon = 1e-2 relative to it), over all 70k MNIST
 images. Usage, from the repository root:
 
-    PYTHONPATH=. python results/embedding_scale.py --data_dir ../shared/data CKPT [CKPT ...]
+    python results/embedding_scale.py --data_dir ../shared/data CKPT [CKPT ...]
 """
 
 from __future__ import annotations

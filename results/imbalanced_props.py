@@ -1,6 +1,6 @@
 """The proportion vectors of results/run_imbalanced_cpu.sh (issue #12), printed as the script writes them.
 
-    PYTHONPATH=. python results/imbalanced_props.py
+    python results/imbalanced_props.py
 
 - ``W2``: the two-digit set, 20% / 80%.
 - ``W10``: the 10-class long-tailed set, ``geometric_proportions(10, 10.0)`` (largest/smallest = 10).

@@ -25,7 +25,7 @@ OUT=results/imbalanced
 RUN="python -m lit_otclust.experiments run --seeds 0 1 2 3 4 --jobs 1 --threads 1"
 SET="trainer.max_epochs=40 data.init_args.data_dir=$DATA"
 
-# The proportions, printed by `PYTHONPATH=. python results/imbalanced_props.py` (4 decimals, the largest
+# The proportions, printed by `python results/imbalanced_props.py` (4 decimals, the largest
 # entry taking 1 minus the others). *_OFF: the true w with class k scaled by 1.3 (k even) or 0.7
 # (k odd), renormalised; on the 10-class set this also swaps the ranks of neighbouring classes.
 W2=[0.2,0.8]

@@ -9,7 +9,7 @@ made directly, as a check of that estimate.
 Also the untrained encoder (the embedding that the OT / soft k-means runs without pre-training
 initialise their centers on). Usage, from the repository root:
 
-    PYTHONPATH=. python results/study_kmeans_inits.py --data_dir ../shared/data --out results/study_kmeans \
+    python results/study_kmeans_inits.py --data_dir ../shared/data --out results/study_kmeans \
         --ckpts results/table1/runs/mnist_ae_kmeans__seed=*/checkpoints/last.ckpt ...
 """
 
