@@ -4,6 +4,8 @@
 
 - ``W2``: the two-digit set, 20% / 80%.
 - ``W10``: the 10-class long-tailed set, ``geometric_proportions(10, 10.0)`` (largest/smallest = 10).
+- ``W3``: the same with largest/smallest = 3 (results/run_imbalanced2_cpu.sh), the middle point of
+  the accuracy-against-imbalance figure; ``W1_OFF``: the misspecified uniform w of balanced MNIST.
 - ``*_OFF``: a misspecified w: the true proportions with class k scaled by 1.3 (k even) or 0.7
   (k odd), i.e. +-30% alternately, then renormalised to sum to 1.
 
@@ -33,9 +35,10 @@ def rounded(w: list[float], digits: int = 4) -> list[float]:
 
 
 def vectors() -> dict[str, list[float]]:
-    two, ten = [0.2, 0.8], geometric_proportions(10, 10.0)
+    two, ten, three, one = [0.2, 0.8], geometric_proportions(10, 10.0), geometric_proportions(10, 3.0), [0.1] * 10
     return {"W2": rounded(two), "W2_OFF": rounded(misspecified(two)),
-            "W10": rounded(ten), "W10_OFF": rounded(misspecified(ten))}
+            "W10": rounded(ten), "W10_OFF": rounded(misspecified(ten)),
+            "W3": rounded(three), "W3_OFF": rounded(misspecified(three)), "W1_OFF": rounded(misspecified(one))}
 
 
 if __name__ == "__main__":
