@@ -178,7 +178,7 @@ class PhaseSwitch(L.Callback):
         pl_module.train(was_training)
         if trainer.is_global_zero:
             centers = kmeans(z, len(pl_module.centers), self.kmeans_n_init, self.seed)  # (K, p), CPU
-            order = self.center_order(z.cpu(), centers, pl_module.proportions.cpu(), trainer.datamodule.fit_set.y)
+            order = self.center_order(z.cpu(), centers, pl_module.proportions.cpu(), trainer.datamodule.fit_set.y.cpu())
             centers = centers[order].to(pl_module.centers)
         else:
             centers = torch.empty_like(pl_module.centers)

@@ -190,7 +190,7 @@ class ImageFolderDataModule(_UserDataModule):
             ``data_dir``. Without it, validation scores the fitted images only and ``test`` is refused.
         num_classes: the number of clusters, required without labels; with labels it is the number
             of class folders and may be left unset (if given, it must agree).
-        batch_size, eval_batch_size, seed, drop_last, num_workers: as in
+        batch_size, eval_batch_size, seed, drop_last, num_workers, on_device: as in
             :class:`lit_otclust.data._InMemoryDataModule`.
         subset: a seeded subset of that many fitted images (class-stratified with labels); only
             those are decoded. The held-out images are cut to at most ``subset`` the same way.
@@ -223,10 +223,11 @@ class ImageFolderDataModule(_UserDataModule):
         scaling: str = "unit",
         drop_last: bool = True,
         num_workers: int = 0,
+        on_device: bool = False,
     ) -> None:
         super().__init__(batch_size=batch_size, eval_batch_size=eval_batch_size, subset=subset,
                          class_proportions=class_proportions, seed=seed, scaling=scaling, drop_last=drop_last,
-                         num_workers=num_workers)
+                         num_workers=num_workers, on_device=on_device)
         self.data_dir = Path(data_dir)
         self.name = f"images in {data_dir}"
         self.grayscale = grayscale
@@ -410,7 +411,7 @@ class ArrayDataModule(_UserDataModule):
         num_classes: the number of clusters, required without labels; with labels it is the number
             of distinct label values and may be left unset (if given, it must agree).
         batch_size, eval_batch_size, subset, class_proportions, seed, scaling, drop_last,
-            num_workers: as in :class:`ImageFolderDataModule`.
+            num_workers, on_device: as in :class:`ImageFolderDataModule`.
 
     Raises:
         FileNotFoundError: a file is missing (named).
@@ -435,10 +436,11 @@ class ArrayDataModule(_UserDataModule):
         scaling: str = "unit",
         drop_last: bool = True,
         num_workers: int = 0,
+        on_device: bool = False,
     ) -> None:
         super().__init__(batch_size=batch_size, eval_batch_size=eval_batch_size, subset=subset,
                          class_proportions=class_proportions, seed=seed, scaling=scaling, drop_last=drop_last,
-                         num_workers=num_workers)
+                         num_workers=num_workers, on_device=on_device)
         self.path = Path(path)
         self.name = f"images in {path}"
         self._file = _ArrayFile(self.path, "path")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
+import lightning as L
 import numpy as np
 import pytest
 import torch
@@ -19,7 +21,8 @@ from lightning.pytorch.utilities.data import _update_dataloader
 from torch.utils.data import DistributedSampler
 from torchvision.transforms.functional import pil_to_tensor
 
-from lit_otclust.data import CIFAR10DataModule, MNISTDataModule, stratified_indices
+from lit_otclust.data import CIFAR10DataModule, InMemoryDataset, MNISTDataModule, _gather_on_device, stratified_indices
+from lit_otclust.user_data import ArrayDataModule, ImageFolderDataModule
 
 # Official class counts (LeCun's and Krizhevsky's pages), independent of torchvision.
 MNIST_TRAIN_COUNTS = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
@@ -178,6 +181,57 @@ def test_lightning_distributed_sampler_injection_keeps_batches(data_dir: Path) -
     assert len(torch.unique(torch.cat(seen))) == 1200
 
 
+def test_on_device_serves_the_same_batches_and_moves_the_tensors_once(data_dir: Path) -> None:
+    settings = dict(download=False, subset=600, batch_size=100, eval_batch_size=256, seed=3)
+    plain = MNISTDataModule(str(data_dir), **settings)
+    on = MNISTDataModule(str(data_dir), on_device=True, **settings)
+    assert on.on_device and on.hparams["on_device"] is True and plain.hparams["on_device"] is False
+    plain.setup("fit")
+    on.setup("fit")
+    # No trainer: the tensors stay where they are.
+    fit_x = on.fit_set.x
+    on.train_dataloader()
+    assert on.fit_set.x is fit_x
+    # A real CPU Trainer: its root device is where the tensors already are, so nothing is copied.
+    on.trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                           enable_progress_bar=False, enable_model_summary=False)
+    assert on.trainer.strategy.root_device == torch.device("cpu")
+    loaders = [(plain.train_dataloader(), on.train_dataloader())] + list(zip(plain.val_dataloader(), on.val_dataloader()))
+    assert on.fit_set.x is fit_x
+    for plain_loader, on_loader in loaders:
+        for (x0, y0, i0), (x1, y1, i1) in zip(plain_loader, on_loader, strict=True):
+            assert torch.equal(x0, x1) and torch.equal(y0, y1) and torch.equal(i0, i1)
+            numpy_index = i1.numpy()  # the same rows gathered independently, from the dataset's own arrays
+            dataset = on_loader.dataset
+            assert torch.equal(x1, torch.from_numpy(dataset.x.numpy()[numpy_index]))
+            assert torch.equal(y1, torch.from_numpy(dataset.y.numpy()[numpy_index]))
+    # Another device (meta: shapes without data, as no GPU is at hand): each loader moves its set there
+    # once, and batches are then gathered by torch on that device.
+    on.trainer = SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device("meta")))
+    x, y, index = next(iter(on.train_dataloader()))
+    assert on.fit_set.x.device.type == "meta" and on.fit_set.y.device.type == "meta"
+    assert x.device.type == y.device.type == index.device.type == "meta"
+    assert x.shape == (100, 784) and y.shape == (100,) and index.shape == (100,) and index.dtype == torch.int64
+    moved = on.fit_set.x
+    on.predict_dataloader()
+    assert on.fit_set.x is moved  # not moved a second time
+    assert on.heldout_set.x.device.type == "cpu"  # the held-out set moves when its loader is built
+    on.test_dataloader()
+    assert on.heldout_set.x.device.type == "meta"
+
+
+@pytest.mark.parametrize("shape", [(50, 784), (50, 3, 4, 4)])
+def test_gather_on_device_equals_the_numpy_gather(shape: tuple[int, ...]) -> None:
+    generator = torch.Generator().manual_seed(0)
+    dataset = InMemoryDataset(torch.rand(shape, generator=generator), torch.randint(0, 10, (shape[0],), generator=generator))
+    indices = [7, 0, 49, 7, 23]  # any order, repeats allowed
+    host = dataset.__getitems__(indices)  # CPU tensors: numpy's gather
+    device = _gather_on_device(dataset.x, dataset.y, indices)
+    for a, b in zip(host, device, strict=True):
+        assert torch.equal(a, b) and a.dtype == b.dtype and a.device == b.device
+    assert torch.equal(device[2], torch.tensor(indices)) and torch.equal(device[0], dataset.x[torch.tensor(indices)])
+
+
 def _evaluate_under_ddp(rank: int, world_size: int, init_file: str, data_dir: str, out_dir: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
     try:
@@ -216,11 +270,27 @@ def test_eval_loaders_count_each_sample_once_under_ddp(data_dir: Path, tmp_path:
         (dict(batch_size=0), "batch_size=0 must be at least 1"),
         (dict(eval_batch_size=0), "eval_batch_size=0 must be at least 1"),
         (dict(subset=100, batch_size=300), "batch_size=300 exceeds the 100 fitted samples"),
+        (dict(on_device=True, num_workers=1), "on_device=True needs num_workers=0, got num_workers=1"),
     ],
 )
 def test_bad_settings_raise_clear_errors(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         MNISTDataModule(download=False, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda **kw: CIFAR10DataModule(download=False, **kw),
+        lambda **kw: ImageFolderDataModule("no-such-folder", **kw),
+        lambda **kw: ArrayDataModule("no-such-file.npy", **kw),
+    ],
+    ids=["cifar10", "image_folder", "array"],
+)
+def test_every_data_module_takes_on_device(make) -> None:
+    # The argument reaches the shared base class (which checks it before any file is looked at).
+    with pytest.raises(ValueError, match="on_device=True needs num_workers=0, got num_workers=2"):
+        make(on_device=True, num_workers=2)
 
 
 def test_cifar_subset_bound_is_its_own() -> None:
