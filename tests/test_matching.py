@@ -233,11 +233,12 @@ def test_the_sweep_passes_list_overrides_and_classes_set_the_clusters(data_dir, 
 # ---- the sweep script's numbers -----------------------------------------------------------------
 
 
-def test_the_imbalanced_script_states_the_vectors_its_generator_prints() -> None:
+def test_the_imbalanced_scripts_state_the_vectors_their_generator_prints() -> None:
     spec = importlib.util.spec_from_file_location("imbalanced_props", REPO / "results" / "imbalanced_props.py")
     props = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(props)
-    script = (REPO / "results" / "run_imbalanced_cpu.sh").read_text()
+    # The first round states W2, W10 and their misspecified twins; the second W3, W3_OFF and W1_OFF.
+    script = "".join((REPO / "results" / f"run_imbalanced{r}_cpu.sh").read_text() for r in ("", "2"))
     for name, w in props.vectors().items():
         stated = re.search(rf"^{name}=\[([^\]]*)\]", script, re.MULTILINE)
         assert stated and [float(v) for v in stated.group(1).split(",")] == w, name
@@ -245,3 +246,5 @@ def test_the_imbalanced_script_states_the_vectors_its_generator_prints() -> None
     assert props.vectors()["W2_OFF"] == [0.3171, 0.6829]  # (0.2 * 1.3, 0.8 * 0.7) / 0.82
     geometric = geometric_proportions(10, 10.0)
     assert max(abs(a - b) for a, b in zip(props.vectors()["W10"], geometric)) < 1e-4
+    assert max(abs(a - b) for a, b in zip(props.vectors()["W3"], geometric_proportions(10, 3.0))) < 1e-4
+    assert props.vectors()["W1_OFF"] == [0.13, 0.07] * 5  # 0.1 * (1.3, 0.7), already summing to 1
