@@ -137,9 +137,11 @@ class OTClusterCLI(LightningCLI):
         if not any(isinstance(cb, ModelCheckpoint) for cb in callbacks):
             callbacks.append(ModelCheckpoint(dirpath=root / "checkpoints", save_last=True,
                                              filename="epoch{epoch:03d}", auto_insert_metric_name=False))
-        if trainer_cfg.get("enable_progress_bar", True) is not False and not any(isinstance(cb, ProgressBar) for cb in callbacks):
-            # Lightning's default bar redraws every step: ~1.3 ms of a ~22 ms MNIST step (benchmarks/bench_fit.py).
-            # Every 10th step is still several redraws a second; a bar in trainer.callbacks replaces this one.
+        bar_wanted = trainer_cfg.get("enable_progress_bar", True) is not False
+        if bar_wanted and not any(isinstance(cb, ProgressBar) for cb in callbacks):
+            # Lightning's default bar redraws every step: ~1.3 ms of a ~22 ms MNIST step (measured in-process,
+            # README "Performance"). Every 10th step is still several redraws a second; a bar in
+            # trainer.callbacks replaces this one.
             callbacks.append(TQDMProgressBar(refresh_rate=10))
         if not any(isinstance(cb, SignalCheckpoint) for cb in callbacks):
             callbacks.append(SignalCheckpoint())
