@@ -5,7 +5,7 @@
 The model's step does no work, so each figure is the loop's own time per batch of 300 from 70,000
 in-memory samples (the loader of ``lit_otclust.data``): a plain ``for batch in loader``, then
 ``Trainer.fit`` without callbacks, with the progress bar as the CLI sets it (every 10th step), and
-with the checkpoint callbacks the CLI adds. It is the floor under ``benchmarks/bench_fit.py``'s
+with the checkpoint callbacks the CLI adds; last, the no-op under manual optimisation. It is the floor under ``benchmarks/bench_fit.py``'s
 per-step ratio: Lightning's part of a ~20 ms MNIST step that no change to our code removes.
 """
 
@@ -33,6 +33,20 @@ class NoOp(L.LightningModule):
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.0)
+
+
+class ManualNoOp(NoOp):
+    """The same no-op step under manual optimisation (the step calls backward and the optimizer itself)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        opt = self.optimizers()
+        opt.zero_grad()
+        self.manual_backward(self.w.sum() * 0.0)
+        opt.step()
 
 
 class EpochTimer(L.Callback):
@@ -72,6 +86,14 @@ def main() -> None:
                                 enable_model_summary=False, callbacks=[timer, *callbacks])
             trainer.fit(NoOp(), loader(ds))
             print(f"{name + ':':36s} {min(timer.ms):.2f} ms/step (best of {args.epochs} epochs)")
+        # What automatic optimisation (closure, backward and optimizer hooks) costs: the lever a manual loop
+        # would pull, at the price of Trainer features it disables (gradient_clip_val, accumulate_grad_batches).
+        timer = EpochTimer()
+        trainer = L.Trainer(max_epochs=args.epochs, logger=False, default_root_dir=root, num_sanity_val_steps=0,
+                            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                            callbacks=[timer])
+        trainer.fit(ManualNoOp(), loader(ds))
+        print(f"{'Trainer.fit, manual optimisation:':36s} {min(timer.ms):.2f} ms/step (best of {args.epochs} epochs)")
 
 
 if __name__ == "__main__":

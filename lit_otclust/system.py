@@ -164,6 +164,9 @@ class DeepClustering(L.LightningModule):
             f"{s}_{a}": HungarianAccuracy(num_clusters, num_clusters)
             for s in EVAL_SETS for a in ("distance", "potential")
         })
+        # The training pass's own assignments (DKM's read-out): a per-epoch curve at no extra forward pass.
+        # Its inputs are ours (argmin over K centers, the data module's labels), so no per-step checks.
+        self.metrics[f"train_{assignment}"] = HungarianAccuracy(num_clusters, num_clusters, validate_args=False)
         # Unconverged Sinkhorn solves in the current epoch (logged per epoch, warned about once per run).
         self._unconverged, self._worst_error, self._warned_unconverged = 0, 0.0, False
         # Per-epoch sums of the training terms and statistics (logged at the epoch's end).
@@ -218,7 +221,9 @@ class DeepClustering(L.LightningModule):
         err = (x_hat - x).pow(2).flatten(1)  # (B, d)
         return err.sum(1).mean() if self.hparams.reconstruction == "sse" else err.mean()
 
-    def clustering_loss(self, z: Tensor) -> tuple[Tensor, dict[str, float]]:
+    def clustering_loss(self, z: Tensor, nearest: Tensor | None = None) -> tuple[Tensor, dict[str, float]]:
+        """The clustering term and its statistics for embeddings ``z`` (m, p); ``nearest`` (m,), each point's
+        nearest center (computed when not given), is only read for ``plan_moved``."""
         hp = self.hparams
         epsilon, reg_m = self.schedule()
         centers, scale = self.centers, None
@@ -257,7 +262,9 @@ class DeepClustering(L.LightningModule):
         loss = loss * world
         # The share of points the size constraint sends to another center than their nearest (0 for soft
         # k-means): the batch noise a balanced plan pushes into the embedding (issue #14's diagnostic).
-        moved = (res.plan.argmax(1) != squared_distances(z.detach(), centers.detach()).argmin(1)).float().mean()
+        if nearest is None:
+            nearest = squared_distances(z.detach(), centers.detach()).argmin(1)
+        moved = (res.plan.argmax(1) != nearest).float().mean()
         return loss, {"plan_moved": moved, "sinkhorn_iters": float(res.n_iter), "sinkhorn_error": float(res.marginal_error),
                       "sinkhorn_converged": float(res.converged), "epsilon": epsilon,
                       **({"reg_m": reg_m} if reg_m is not None else {})}
@@ -267,10 +274,16 @@ class DeepClustering(L.LightningModule):
         z, x_hat = self.autoencoder(x)
         recon = self.reconstruction_loss(x, x_hat)
         if self.joint and self.hparams.clustering != "none":
+            # Each point's nearest center before this step's update, read by train/plan_moved and train/acc.
+            nearest = self.assign(z.detach(), "distance")
             try:
-                clust, stats = self.clustering_loss(z)
+                clust, stats = self.clustering_loss(z, nearest)
             except NonFiniteCostError:  # the solver refuses a non-finite cost: name the term and the step
                 self._non_finite({"cost ||f(x) - mu||^2 (embeddings or centers diverged)": torch.tensor(math.nan)})
+            rule, y = self.hparams.assignment, batch[1]
+            pred = nearest if rule == "distance" else self.assign(z.detach(), rule)
+            labelled = y >= 0  # y = -1: no label, as in validation_step
+            self.metrics[f"train_{rule}"].update(pred[labelled], y[labelled])
         else:
             # Zero-weight use of the centers keeps DDP's every-parameter-gets-a-gradient rule.
             clust, stats = self.centers.sum() * 0.0, {}
@@ -288,6 +301,7 @@ class DeepClustering(L.LightningModule):
 
     def on_train_epoch_start(self) -> None:
         self._train_sums, self._train_steps = {}, 0
+        self.metrics[f"train_{self.hparams.assignment}"].reset()
 
     def _non_finite(self, terms: dict[str, Tensor]) -> None:
         bad = ", ".join(f"{name} = {float(value):g}" for name, value in terms.items() if not torch.isfinite(value))
@@ -312,6 +326,8 @@ class DeepClustering(L.LightningModule):
             means = {f"train/{k}": torch.as_tensor(v / self._train_steps, dtype=torch.float32, device=self.device)
                      for k, v in self._train_sums.items()}
             self.log_dict(means, on_step=False, on_epoch=True, sync_dist=True)
+        if self.joint and self.hparams.clustering != "none":
+            self._log_metrics("train", "train", rules=(self.hparams.assignment,))
         if self.hparams.clustering != "ot" or not self.joint:
             return
         # Every rank solves the same global problem, so the counts agree without a reduction.
@@ -368,9 +384,9 @@ class DeepClustering(L.LightningModule):
         sizes = torch.bincount(pred[self.hparams.assignment], minlength=len(self.centers))
         self._eval_sizes[dataloader_idx] = self._eval_sizes.get(dataloader_idx, 0) + sizes
 
-    def _log_metrics(self, name: str, prefix: str) -> None:
+    def _log_metrics(self, name: str, prefix: str, rules: tuple[str, ...] = ("distance", "potential")) -> None:
         """Compute, log as ``prefix/acc`` etc. (``_potential``/``_distance`` for the other rule), reset."""
-        for rule in ("distance", "potential"):
+        for rule in rules:
             metric = self.metrics[f"{name}_{rule}"]
             res = metric.compute()
             metric.reset()

@@ -324,3 +324,19 @@ def test_kmeans_at_start_is_the_literal_algorithm_centers_of_the_untrained_encod
                         callbacks=[PhaseSwitch(pretrain_epochs=2, kmeans_n_init=1, seed=0), seen])
     trainer.fit(module, datamodule=dm)
     assert not torch.equal(seen.seen[2], seen.seen[1])  # "switch": refitted on the pre-trained embedding
+
+
+def test_train_acc_is_the_evaluation_accuracy_when_nothing_moves(data_dir):
+    """``train/acc`` pools each step's assignments; with lr = 0 the weights and centers stay put, so it
+    must equal the evaluation's ``val/acc`` on the same (fitted) images, a second code path."""
+    L.seed_everything(0)
+    dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", subset=300, batch_size=100)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=10, lr=0.0)
+    trainer = L.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, num_sanity_val_steps=0,
+                        callbacks=[PhaseSwitch(pretrain_epochs=1, kmeans_n_init=1)])
+    trainer.fit(module, datamodule=dm)
+    metrics = trainer.callback_metrics
+    assert 0.1 < float(metrics["val/acc"]) < 1.0
+    for name in ("acc", "nmi", "ari"):
+        assert float(metrics[f"train/{name}"]) == pytest.approx(float(metrics[f"val/{name}"]), abs=1e-6), name
