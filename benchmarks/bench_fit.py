@@ -114,6 +114,11 @@ def main() -> None:
               f"{m['eval'] / m['epoch']:19.1%} | {rest:6.1f}")
     f, b = med["fit"], med["bare"]
     print(f"  ratio     | {f['wall'] / b['wall']:6.2f}x | {f['cpu'] / b['cpu']:6.2f}x | {f['step'] / b['step']:6.2f}x |")
+    # Within a pair both ran back to back, so their ratio cancels slow drifts of the machine; the spread of these
+    # ratios says how far the medians above can be trusted.
+    paired = [rf[2]["ms_per_step"] / rb[2]["ms_per_step"] for rf, rb in zip(rows["fit"], rows["bare"])]
+    print(f"  ms/step ratio within each pair: {', '.join(f'{r:.2f}x' for r in paired)} "
+          f"(median {statistics.median(paired):.2f}x)")
 
 
 if __name__ == "__main__":
