@@ -165,3 +165,9 @@ def main(args: list[str] | None = None) -> OTClusterCLI:
         # Lightning's SIGTERMException exits with status 0, like a finished run. 143 (128 + SIGTERM, the
         # shell's convention) lets a job script tell "stopped, last.ckpt saved: requeue" from "done".
         raise SystemExit(SIGTERM_EXIT) from None
+
+
+def console() -> None:
+    """The ``lit-otclust`` script: :func:`main` without its return value, which the script's ``sys.exit(...)``
+    would print and turn into exit status 1 after a successful run."""
+    main()

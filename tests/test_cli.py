@@ -48,6 +48,20 @@ def epoch_metrics(root: Path) -> dict[int, dict[str, float]]:
     return read_curves(sorted((root / "csv").glob("version_*/metrics.csv"))[-1], keys=None)
 
 
+def test_console_script_exits_zero_after_a_run(data_dir, tmp_path):
+    """`lit-otclust`, the script `pip install` writes (README's set-up installs the checkout): a finished run
+    exits 0 and prints nothing of its own (a script returning main()'s CLI object exited 1 and printed it)."""
+    script = Path(sys.executable).with_name("lit-otclust")
+    assert script.exists(), f"no {script}: install the checkout as README's set-up does (pip install ... -e .)"
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    cmd = [str(script), "validate", "--config", SMOKE, "--data.data_dir", str(data_dir),
+           "--trainer.default_root_dir", str(tmp_path), "--trainer.logger", "false"]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "OTClusterCLI" not in proc.stdout + proc.stderr
+    assert "val/acc" in proc.stdout  # the validation ran and printed its table
+
+
 def test_module_entry_point_fits_logs_and_switches_phase(data_dir, tmp_path):
     """`python -m lit_otclust fit --config configs/smoke.yaml` as a user runs it."""
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
