@@ -56,11 +56,15 @@ class PhaseSwitch(L.Callback):
             read literally: k-means on the *untrained* encoder's embedding before the first step,
             kept through pre-training (evaluation scores those fixed centers) and into the joint
             phase. The same with ``pretrain_epochs=0``.
+        center_init: what that initialisation draws. ``"kmeans"`` (default): k-means on the embeddings, as
+            above. ``"uniform"``: uniform in [-1, 1]^p, seeded by ``seed`` (DKM's initialisation without
+            pre-training), then ordered by ``match_proportions`` like k-means centers. Evaluation while
+            pre-training still scores k-means centers of the current embedding.
     """
 
     def __init__(self, pretrain_epochs: int = 0, kmeans_n_init: int = 10, seed: int = 0,
                  match_proportions: Literal["none", "sizes", "labels"] = "sizes", labelled_per_class: int = 10,
-                 kmeans_at: Literal["switch", "start"] = "switch") -> None:
+                 kmeans_at: Literal["switch", "start"] = "switch", center_init: Literal["kmeans", "uniform"] = "kmeans") -> None:
         if pretrain_epochs < 0:
             raise ValueError(f"pretrain_epochs must be >= 0, got {pretrain_epochs}")
         if kmeans_n_init < 1:
@@ -71,12 +75,15 @@ class PhaseSwitch(L.Callback):
             raise ValueError(f"labelled_per_class must be >= 1, got {labelled_per_class}")
         if kmeans_at not in ("switch", "start"):
             raise ValueError(f"kmeans_at must be 'switch' or 'start', got {kmeans_at!r}")
+        if center_init not in ("kmeans", "uniform"):
+            raise ValueError(f"center_init must be 'kmeans' or 'uniform', got {center_init!r}")
         self.pretrain_epochs = pretrain_epochs
         self.kmeans_n_init = kmeans_n_init
         self.seed = seed
         self.match_proportions = match_proportions
         self.labelled_per_class = labelled_per_class
         self.kmeans_at = kmeans_at
+        self.center_init = center_init
         self.phase = "pretrain"
         self.switch_epoch: int | None = None
         self.initialised = False  # kmeans_at="start": the centers were set before the first step
@@ -147,7 +154,7 @@ class PhaseSwitch(L.Callback):
         # (and `validate`/`test`/`predict` from a checkpoint use the centers of the run).
         refit = (self.phase == "pretrain" and self.kmeans_at == "switch") or getattr(pl_module.hparams, "clustering", "ot") == "none"
         if trainer.state.fn == "fit" and refit:
-            self.init_centers(trainer, pl_module)
+            self.init_centers(trainer, pl_module, "kmeans")
 
     @staticmethod
     def restart_optimization(trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -168,16 +175,21 @@ class PhaseSwitch(L.Callback):
                 group["lr"] = lr
 
     @torch.no_grad()
-    def init_centers(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """mu <- k-means on the embeddings of all fitted samples (every rank embeds them all), in the order
-        ``match_proportions`` gives; rank 0 computes them and broadcasts, so every rank has the same."""
+    def init_centers(self, trainer: L.Trainer, pl_module: L.LightningModule, method: str | None = None) -> None:
+        """mu <- k-means on the embeddings of all fitted samples (every rank embeds them all), or uniform draws
+        (``method``, default ``center_init``), in the order ``match_proportions`` gives; rank 0 computes them
+        and broadcasts, so every rank has the same."""
         was_training = pl_module.training
         pl_module.eval()
         x = trainer.datamodule.fit_set.x  # (N, *input_shape): the fitted samples, in memory
         z = torch.cat([pl_module.embed(xb.to(pl_module.device)) for xb in x.split(10_000)])
         pl_module.train(was_training)
         if trainer.is_global_zero:
-            centers = kmeans(z, len(pl_module.centers), self.kmeans_n_init, self.seed)  # (K, p), CPU
+            K, p = pl_module.centers.shape
+            if (method or self.center_init) == "uniform":
+                centers = 2 * torch.rand(K, p, generator=torch.Generator().manual_seed(self.seed)) - 1  # (K, p), CPU
+            else:
+                centers = kmeans(z, K, self.kmeans_n_init, self.seed)  # (K, p), CPU
             order = self.center_order(z.cpu(), centers, pl_module.proportions.cpu(), trainer.datamodule.fit_set.y.cpu())
             centers = centers[order].to(pl_module.centers)
         else:

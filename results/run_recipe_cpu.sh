@@ -23,3 +23,9 @@ python -m lit_otclust.experiments table --out $OUT
     $RUN --configs mnist_ot --grid model.epsilon_start=1.0 model.reg_m_start=0.01 --set model.anneal_epochs=20 $SET ) &
 wait
 python -m lit_otclust.experiments table --out $OUT
+# Third round: DKM's initialisation without pre-training (centers uniform in [-1, 1], not k-means of the
+# untrained embedding), for OT and for soft k-means.
+(   $RUN --configs mnist_ot --grid phases.center_init=uniform --set $SET ) &
+(   $RUN --configs mnist_soft_kmeans --grid phases.center_init=uniform --set $SET ) &
+wait
+python -m lit_otclust.experiments table --out $OUT

@@ -340,3 +340,25 @@ def test_train_acc_is_the_evaluation_accuracy_when_nothing_moves(data_dir):
     assert 0.1 < float(metrics["val/acc"]) < 1.0
     for name in ("acc", "nmi", "ari"):
         assert float(metrics[f"train/{name}"]) == pytest.approx(float(metrics[f"val/{name}"]), abs=1e-6), name
+
+
+@pytest.mark.parametrize("init_seed", [0, 1])
+def test_center_init_uniform_draws_dkm_centers_at_the_switch_whatever_the_embedding(data_dir, init_seed):
+    """center_init="uniform": at the switch mu ~ U[-1, 1]^p seeded by phases.seed alone (two different networks
+    get the same centers); the pre-training evaluation before it still scored k-means centers."""
+    L.seed_everything(init_seed)
+    dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", subset=300, batch_size=100)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=10, lr=0.0)  # lr 0: the centers stay as drawn
+    seen = _CentersAtEpochStart()  # before PhaseSwitch in the list: sees the centers the last evaluation left
+    trainer = L.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, num_sanity_val_steps=0,
+                        callbacks=[seen, PhaseSwitch(pretrain_epochs=1, kmeans_n_init=1, seed=3, center_init="uniform")])
+    trainer.fit(module, datamodule=dm)
+    expected = 2 * torch.rand(10, 10, generator=torch.Generator().manual_seed(3)) - 1
+    torch.testing.assert_close(module.centers.detach(), expected, rtol=0, atol=0)
+    with torch.no_grad():
+        z = module.autoencoder.encoder(dm.fit_set.x).double().numpy()
+    km = KMeans(10, n_init=1, random_state=3).fit(z)  # the evaluation of epoch 0 (lr 0: the same embedding)
+    np.testing.assert_allclose(np.sort(seen.seen[1].numpy(), 0), np.sort(km.cluster_centers_, 0), atol=1e-4)
+    with pytest.raises(ValueError, match="center_init"):
+        PhaseSwitch(center_init="random")
