@@ -23,9 +23,14 @@ python -m lit_otclust.experiments table --out $OUT
     $RUN --configs mnist_ot --grid model.epsilon_start=1.0 model.reg_m_start=0.01 --set model.anneal_epochs=20 $SET ) &
 wait
 python -m lit_otclust.experiments table --out $OUT
-# Third round: DKM's initialisation without pre-training (centers uniform in [-1, 1], not k-means of the
-# untrained embedding), for OT and for soft k-means.
-(   $RUN --configs mnist_ot --grid phases.center_init=uniform --set $SET ) &
-(   $RUN --configs mnist_soft_kmeans --grid phases.center_init=uniform --set $SET ) &
+# Third round: first, is a run reproducible? The first round's plain OT and soft k-means commands again for
+# seeds 0 and 1, into results/study_repeat (compare with `python results/proxy_check.py --records
+# results/study_repeat --proxy results/study_recipe`). Then DKM's initialisation without pre-training
+# (centers uniform in [-1, 1], not k-means of the untrained embedding), for OT and for soft k-means.
+REPEAT="python -m lit_otclust.experiments run --out results/study_repeat --seeds 0 1 --jobs 1 --threads 1"
+(   $REPEAT --configs mnist_soft_kmeans --set $SET
+    $RUN --configs mnist_ot --grid phases.center_init=uniform --set $SET ) &
+(   $REPEAT --configs mnist_ot --set $SET
+    $RUN --configs mnist_soft_kmeans --grid phases.center_init=uniform --set $SET ) &
 wait
 python -m lit_otclust.experiments table --out $OUT
