@@ -175,7 +175,8 @@ class PhaseSwitch(L.Callback):
                 group["lr"] = lr
 
     @torch.no_grad()
-    def init_centers(self, trainer: L.Trainer, pl_module: L.LightningModule, method: str | None = None) -> None:
+    def init_centers(self, trainer: L.Trainer, pl_module: L.LightningModule,
+                     method: Literal["kmeans", "uniform"] | None = None) -> None:
         """mu <- k-means on the embeddings of all fitted samples (every rank embeds them all), or uniform draws
         (``method``, default ``center_init``), in the order ``match_proportions`` gives; rank 0 computes them
         and broadcasts, so every rank has the same."""
