@@ -43,6 +43,7 @@ COMPARISONS = [  # (a, b): the effect of a over b, paired by seed
     ("OT, true w, matched by size", "OT, true w, k-means order"),
     ("OT, misspecified w (+-30%), matched", "OT, true w, matched by size"),
     ("unbalanced OT (reg_m 0.2), uniform w", "OT, uniform w"),
+    ("unbalanced OT (reg_m 0.2), uniform w", "soft k-means"),
 ]
 
 
