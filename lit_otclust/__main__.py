@@ -1,4 +1,4 @@
-from lit_otclust.cli import main
+from lit_otclust.cli import console
 
 if __name__ == "__main__":
-    main()
+    console()
