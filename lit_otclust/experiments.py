@@ -89,6 +89,26 @@ def _commit() -> str | None:
     return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
+def _attempts_seconds(root: Path, now: float, done: bool) -> float:
+    """Wall seconds of a run over all its attempts, kept in ``root/attempts.json`` as [start, end] pairs.
+
+    Called with ``done=False`` when an attempt starts and ``done=True`` when it ends. An attempt killed on
+    the way (the session stopped) never wrote its end: its useful work ended at its last checkpoint, which
+    the next attempt resumes from, so ``last.ckpt``'s modification time closes it (the epochs after it are
+    redone and counted once). Returns the sum so far (the attempts before this one when starting)."""
+    path = root / "attempts.json"
+    attempts = json.loads(path.read_text()) if path.exists() else []
+    last_ckpt = root / "checkpoints" / "last.ckpt"
+    if attempts and attempts[-1][1] is None and not done:
+        attempts[-1][1] = last_ckpt.stat().st_mtime if last_ckpt.exists() else attempts[-1][0]
+    if done:
+        attempts[-1][1] = now
+    else:
+        attempts.append([now, None])
+    path.write_text(json.dumps(attempts) + "\n")
+    return sum(end - start for start, end in attempts if end is not None)
+
+
 def _run_one(out: Path, config: str, point: dict[str, str], fixed: dict[str, str], seed: int, threads: int,
              wandb: bool) -> str:
     name = _run_name(config, point, seed)
@@ -107,8 +127,8 @@ def _run_one(out: Path, config: str, point: dict[str, str], fixed: dict[str, str
            "WANDB_MODE": os.environ.get("WANDB_MODE", "offline") if wandb else "disabled", "WANDB_SILENT": "true"}
     # The record's command, as a user types it in a fresh clone: relative config, no interpreter path.
     portable = ["python", *cmd[1:5], f"configs/{config}.yaml", *cmd[6:]]
-    start = time.time()
     root.mkdir(parents=True, exist_ok=True)
+    _attempts_seconds(root, time.time(), done=False)
     with open(root / "stdout.log", "a") as log:
         proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
@@ -119,7 +139,7 @@ def _run_one(out: Path, config: str, point: dict[str, str], fixed: dict[str, str
         curves.update(read_curves(log_file))
     dataset, _, method = config.partition("_")
     record = {"name": name, "config": config, "dataset": dataset, "method": method, "seed": seed,
-              "grid": point, "fixed": fixed, "seconds": round(time.time() - start, 1),
+              "grid": point, "fixed": fixed, "seconds": round(_attempts_seconds(root, time.time(), done=True), 1),
               "final": curves[max(curves)] if curves else {}, "curves": curves, "command": " ".join(portable),
               "commit": _commit()}
     result.write_text(json.dumps(record, indent=1) + "\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import nbformat
@@ -83,3 +84,20 @@ def test_compare_pairs_runs_by_seed(tmp_path):
     assert at_epoch["mean_a"] == pytest.approx(np.mean([0.80, 0.85, 0.90]) / 3)  # the curves' first epoch
     with pytest.raises(ValueError, match="no runs of mnist_ot with settings"):
         experiments.compare(f"{tmp_path}:mnist_ot:epsilon=1", f"{tmp_path}:mnist_ot")
+
+
+def test_a_resumed_runs_seconds_count_every_attempt_up_to_its_last_checkpoint(tmp_path):
+    """Attempt 1 runs from t=100 and is killed after its last checkpoint at t=400; attempt 2 resumes at
+    t=1000 and ends at t=1500: 300 + 500 seconds, not the last attempt's 500."""
+    ckpt = tmp_path / "checkpoints" / "last.ckpt"
+    assert experiments._attempts_seconds(tmp_path, 100.0, done=False) == 0
+    ckpt.parent.mkdir()
+    ckpt.write_bytes(b"")
+    os.utime(ckpt, (400.0, 400.0))
+    assert experiments._attempts_seconds(tmp_path, 1000.0, done=False) == 300
+    assert experiments._attempts_seconds(tmp_path, 1500.0, done=True) == 800
+    # A run done in one attempt counts that attempt alone.
+    other = tmp_path / "other"
+    other.mkdir()
+    experiments._attempts_seconds(other, 10.0, done=False)
+    assert experiments._attempts_seconds(other, 60.0, done=True) == 50
