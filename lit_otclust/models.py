@@ -8,8 +8,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from math import prod
+from typing import Literal
 
 from torch import Tensor, nn
+
+WeightInit = Literal["torch", "glorot"]
+
+
+def _init_weights(module: nn.Module, weight_init: WeightInit) -> None:
+    """``glorot``: Glorot-uniform weights and zero biases, TensorFlow/Keras' defaults, which the paper's code
+    (TensorFlow: "the standard learning rate from TensorFlow") most likely had; ``torch``: PyTorch's defaults
+    (Kaiming-uniform with a = sqrt(5), bound 1/sqrt(fan_in): about half Glorot's at 784 -> 500)."""
+    if weight_init == "torch":
+        return
+    if weight_init != "glorot":
+        raise ValueError(f"`weight_init` must be 'torch' or 'glorot', got {weight_init!r}")
+    for layer in module.modules():
+        if isinstance(layer, (nn.Linear, nn.Conv2d, nn.ConvTranspose2d)):
+            nn.init.xavier_uniform_(layer.weight)
+            nn.init.zeros_(layer.bias)
 
 
 def _mlp(widths: Sequence[int], last_activation: bool) -> nn.Sequential:
@@ -31,10 +48,11 @@ class MLPAutoencoder(nn.Module):
         input_shape: shape of one sample; it is flattened, e.g. ``(784,)`` or ``(1, 28, 28)``.
         hidden_dims: widths of the encoder's hidden layers; the decoder mirrors them.
         latent_dim: p, the size of the embedding.
+        weight_init: ``torch`` (PyTorch's layer defaults) or ``glorot`` (TensorFlow's).
     """
 
     def __init__(self, input_shape: Sequence[int] = (784,), hidden_dims: Sequence[int] = (500, 250),
-                 latent_dim: int = 10) -> None:
+                 latent_dim: int = 10, weight_init: WeightInit = "torch") -> None:
         super().__init__()
         if latent_dim < 1 or any(h < 1 for h in hidden_dims):
             raise ValueError(f"latent_dim and hidden_dims must be >= 1, got {latent_dim}, {list(hidden_dims)}")
@@ -43,6 +61,7 @@ class MLPAutoencoder(nn.Module):
         dims = [prod(self.input_shape), *hidden_dims, latent_dim]
         self.encoder = nn.Sequential(nn.Flatten(), _mlp(dims, last_activation=False))
         self.decoder = nn.Sequential(_mlp(dims[::-1], last_activation=False), nn.Unflatten(1, self.input_shape))
+        _init_weights(self, weight_init)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         z = self.encoder(x)  # (B, p)
@@ -63,10 +82,12 @@ class ConvAutoencoder(nn.Module):
         channels: output channels of the encoder's convolutions.
         kernel_sizes: their kernel sizes (odd).
         latent_dim: p, the size of the embedding.
+        weight_init: ``torch`` (PyTorch's layer defaults) or ``glorot`` (TensorFlow's).
     """
 
     def __init__(self, input_shape: Sequence[int] = (3, 32, 32), channels: Sequence[int] = (32, 64, 128),
-                 kernel_sizes: Sequence[int] = (5, 5, 3), latent_dim: int = 10) -> None:
+                 kernel_sizes: Sequence[int] = (5, 5, 3), latent_dim: int = 10,
+                 weight_init: WeightInit = "torch") -> None:
         super().__init__()
         if len(input_shape) != 3:
             raise ValueError(f"ConvAutoencoder needs input_shape (C, H, W), got {tuple(input_shape)}")
@@ -92,6 +113,7 @@ class ConvAutoencoder(nn.Module):
             if i < len(channels) - 1:
                 dec.append(nn.ReLU())
         self.decoder = nn.Sequential(*dec)
+        _init_weights(self, weight_init)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         z = self.encoder(x)  # (B, p)

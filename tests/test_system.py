@@ -48,6 +48,26 @@ def test_the_reconstruction_goes_through_z_and_learns(model, shape):
     assert losses[-1] < 0.5 * losses[0]
 
 
+@pytest.mark.parametrize("model", [MLPAutoencoder, ConvAutoencoder])
+def test_glorot_init_is_tensorflows_default(model):
+    """Glorot-uniform: every weight in [-b, b], b = sqrt(6 / (fan_in + fan_out)), variance b^2 / 3; biases zero.
+    PyTorch's default (the other choice) has a bound 1/sqrt(fan_in) and nonzero biases, so it fails this."""
+    torch.manual_seed(0)
+    for init, expect in (("glorot", True), ("torch", False)):
+        layers = [m for m in model(weight_init=init).modules() if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d,
+                                                                                  torch.nn.ConvTranspose2d))]
+        assert len(layers) >= 4
+        checks = []
+        for m in layers:
+            fan_in, fan_out = torch.nn.init._calculate_fan_in_and_fan_out(m.weight)
+            bound = (6 / (fan_in + fan_out)) ** 0.5
+            var_ok = m.weight.numel() < 2000 or abs(m.weight.var().item() / (bound**2 / 3) - 1) < 0.1
+            checks.append(m.weight.abs().max() <= bound and var_ok and not m.bias.any())
+        assert all(checks) if expect else not any(checks)
+    with pytest.raises(ValueError, match="weight_init"):
+        model(weight_init="xavier")
+
+
 def test_bad_settings_name_themselves():
     with pytest.raises(ValueError, match="clustering"):
         DeepClustering(MLPAutoencoder(), clustering="kmeans")
