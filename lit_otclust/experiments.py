@@ -319,9 +319,25 @@ def _save(fig, ax, path: Path) -> str:
     return str(path)
 
 
-def figures(out: str, key: str = "val/acc", grid_key: str | None = None) -> list[str]:
-    """PNGs: accuracy vs epoch per method (mean over seeds, band = ± std), and, if ``grid_key`` is
-    given (e.g. ``model.epsilon``), final accuracy vs that setting per method (Figure 2 style).
+def _grid_points(records: list[dict], dataset: str, key: str, grid_key: str,
+                 grid_default: float | None) -> dict[str, dict[float, list[float]]]:
+    """Final ``key`` per method and value of ``grid_key``; runs without that key in their grid count at
+    ``grid_default`` (the config's own value, e.g. the protocol's epsilon), or not at all if it is None."""
+    by: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        if r["dataset"] != dataset or key not in r["final"]:
+            continue
+        value = r["grid"].get(grid_key, grid_default)
+        if value is not None:
+            by[r["method"]][float(value)].append(r["final"][key])
+    return by
+
+
+def figures(out: str, key: str = "val/acc", grid_key: str | None = None,
+            grid_default: float | None = None) -> list[str]:
+    """PNGs: accuracy vs epoch per method (mean over seeds, band = ± std) of the runs without
+    ``grid_key`` in their grid, and, if ``grid_key`` is given (e.g. ``model.epsilon``), final accuracy
+    vs that setting per method (Figure 2 style), the other runs at ``grid_default`` if given.
     """
     import matplotlib
 
@@ -348,10 +364,7 @@ def figures(out: str, key: str = "val/acc", grid_key: str | None = None) -> list
             ax.set(xlabel="epoch", ylabel=key, title=f"{ds}: {key} per epoch (mean ± std over seeds)")
             written.append(_save(fig, ax, Path(out) / f"figure1_{ds}.png"))
         if grid_key:
-            by: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
-            for r in records:
-                if r["dataset"] == ds and grid_key in r["grid"] and key in r["final"]:
-                    by[r["method"]][float(r["grid"][grid_key])].append(r["final"][key])
+            by = _grid_points(records, ds, key, grid_key, grid_default)
             fig, ax = plt.subplots(figsize=(6, 4))
             for method, points in sorted(by.items()):
                 xs = sorted(points)
@@ -384,6 +397,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--key", default="val/acc")
     p.add_argument("--grid_key", default=None)
+    p.add_argument("--grid_default", type=float, default=None)
     p = sub.add_parser("compare", help=compare.__doc__.splitlines()[0])
     p.add_argument("--a", required=True, metavar="DIR:CONFIG[:key=value,...]")
     p.add_argument("--b", required=True, metavar="DIR:CONFIG[:key=value,...]")

@@ -101,3 +101,19 @@ def test_a_resumed_runs_seconds_count_every_attempt_up_to_its_last_checkpoint(tm
     other.mkdir()
     experiments._attempts_seconds(other, 10.0, done=False)
     assert experiments._attempts_seconds(other, 60.0, done=True) == 50
+
+
+def test_figure2_points_put_runs_without_the_grid_key_at_the_configs_value(tmp_path):
+    """Figure 2 from a protocol folder: the epsilon-grid runs at their epsilon, the protocol's runs (no grid) at
+    ``grid_default``; the PNGs are written, and Figure 1 draws only the runs without the grid key."""
+    write_runs(tmp_path, {"ot": [0.8, 0.9]})
+    for seed, acc in enumerate([0.3, 0.5]):
+        record = json.loads((tmp_path / f"mnist_ot__seed={seed}.json").read_text())
+        record.update(name=f"mnist_ot__epsilon=1__seed={seed}", grid={"model.epsilon": "1"}, final={"val/acc": acc})
+        (tmp_path / f"{record['name']}.json").write_text(json.dumps(record))
+    records = experiments.load(str(tmp_path))
+    points = experiments._grid_points(records, "mnist", "val/acc", "model.epsilon", 0.01)
+    assert {k: sorted(v) for k, v in points["ot"].items()} == {0.01: pytest.approx([0.8, 0.9]), 1.0: [0.3, 0.5]}
+    assert dict(experiments._grid_points(records, "mnist", "val/acc", "model.epsilon", None)["ot"]) == {1.0: [0.3, 0.5]}
+    written = experiments.figures(str(tmp_path), grid_key="model.epsilon", grid_default=0.01)
+    assert [Path(p).name for p in written] == ["figure1_mnist.png", "figure2_mnist.png"]
