@@ -79,11 +79,12 @@ def read_curves(csv_path: Path, keys: tuple[str, ...] | None = CURVE_KEYS) -> di
 
 
 def _commit() -> str | None:
-    """The code's git commit (with ``+dirty`` if the tree has changes), so a record names what ran."""
+    """The code's git commit (with ``+dirty`` if the code or the configs have changes), so a record names what
+    ran. Results written beside the runs (a sweep's tables) do not make the code dirty."""
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "lit_otclust", "configs"],
+                               cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
     return head.stdout.strip() + ("+dirty" if dirty else "")

@@ -117,3 +117,24 @@ def test_figure2_points_put_runs_without_the_grid_key_at_the_configs_value(tmp_p
     assert dict(experiments._grid_points(records, "mnist", "val/acc", "model.epsilon", None)["ot"]) == {1.0: [0.3, 0.5]}
     written = experiments.figures(str(tmp_path), grid_key="model.epsilon", grid_default=0.01)
     assert [Path(p).name for p in written] == ["figure1_mnist.png", "figure2_mnist.png"]
+
+
+def test_a_records_commit_is_dirty_for_code_changes_not_for_results(tmp_path, monkeypatch):
+    """A sweep rewrites its results tables as runs land; only a change to the code or the configs is '+dirty'."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q")
+    for path in ("lit_otclust/ot.py", "configs/a.yaml", "results/table.md"):
+        (tmp_path / path).parent.mkdir(exist_ok=True)
+        (tmp_path / path).write_text("v1\n")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    head = git("rev-parse", "HEAD").strip()
+    monkeypatch.setattr(experiments, "REPO", tmp_path)
+    (tmp_path / "results/table.md").write_text("v2\n")
+    assert experiments._commit() == head
+    (tmp_path / "configs/a.yaml").write_text("v2\n")
+    assert experiments._commit() == head + "+dirty"
