@@ -24,6 +24,7 @@ import gc
 import json
 import netrc
 import os
+import warnings
 from pathlib import Path
 from typing import Literal
 
@@ -34,6 +35,7 @@ from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning_utilities.core import rank_zero
 
 from lit_otclust.callbacks import ClusterWriter, PhaseSwitch
 from lit_otclust.checkpointing import AtomicCheckpointIO, SignalCheckpoint
@@ -65,9 +67,12 @@ def default_loggers(root: Path, name: str, log_model: bool | Literal["all"] = Fa
         log_model = False
     wandb_dir = root / "wandb"
     wandb_dir.mkdir(parents=True, exist_ok=True)
-    return [CSVLogger(save_dir=str(root), name="csv"),
-            WandbLogger(project=os.environ.get("WANDB_PROJECT", "lit_otclust"), name=name, save_dir=str(root),
-                        offline=offline, log_model=log_model)]
+    wandb_logger = WandbLogger(project=os.environ.get("WANDB_PROJECT", "lit_otclust"), name=name, save_dir=str(root),
+                               offline=offline, log_model=log_model)
+    # WandbLogger always hands wandb.init `anonymous=None`, which W&B (>= 0.19) answers on every run with "The
+    # anonymous setting has no effect"; the key does nothing else, so it is dropped.
+    getattr(wandb_logger, "_wandb_init", {}).pop("anonymous", None)
+    return [CSVLogger(save_dir=str(root), name="csv"), wandb_logger]
 
 
 def run_tags(config: dict) -> list[str]:
@@ -177,4 +182,14 @@ def console() -> None:
     # main() repeatedly (the tests) must not freeze the garbage of its earlier runs.
     gc.collect()
     gc.freeze()
+    quiet_third_party_notices()
     main()
+
+
+def quiet_third_party_notices() -> None:
+    """Drop two lines every run printed that a user can do nothing about: Lightning's advertisement for its cloud
+    logger, and a deprecation inside Lightning's own code (``_pytree``) under this torch. Only at the process's
+    entry point: a library must not change a caller's warning filters or logging."""
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+    # rank_zero_info logs through this module attribute, which Lightning's import replaces with its own logger.
+    rank_zero.log.addFilter(lambda record: "litlogger" not in record.getMessage())
