@@ -187,9 +187,9 @@ def console() -> None:
 
 
 def quiet_third_party_notices() -> None:
-    """Drop two lines every run printed that a user can do nothing about: Lightning's advertisement for its cloud
-    logger, and a deprecation inside Lightning's own code (``_pytree``) under this torch. Only at the process's
-    entry point: a library must not change a caller's warning filters or logging."""
+    """Drop lines every run printed that a user can do nothing about: Lightning's advertisements for its cloud
+    logger and model registry, and a deprecation inside Lightning's own code (``_pytree``) under this torch. Only at
+    the process's entry point: a library must not change a caller's warning filters or logging."""
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
     # rank_zero_info logs through this module attribute, which Lightning's import replaces with its own logger.
-    rank_zero.log.addFilter(lambda record: "litlogger" not in record.getMessage())
+    rank_zero.log.addFilter(lambda record: not any(ad in record.getMessage() for ad in ("litlogger", "litmodels")))

@@ -360,14 +360,21 @@ class ClusterFigures(L.Callback):
                 run.log({**record, "epoch": epoch, "trainer/global_step": trainer.global_step})
         return files
 
-    def _embed(self, pl_module: L.LightningModule, x: Tensor) -> Tensor:
-        return torch.cat([pl_module.embed(xb.to(pl_module.device)) for xb in x.split(10_000)])  # (N, p)
+    def _embed(self, pl_module: L.LightningModule, x: Tensor, name: str) -> Tensor:
+        """(N, p) embeddings of an evaluation set (``name``: ``val`` or ``heldout``), in order. When drawn right
+        after an evaluation that embedded every sample, with no training step since, they are that evaluation's."""
+        step, index, z = getattr(pl_module, "eval_embeddings", {}).get(name, (None, None, None))
+        if step == pl_module.global_step and len(index) == len(x):
+            index = index.to(z.device)
+            if bool(torch.bincount(index, minlength=len(x)).eq(1).all()):  # each sample once (not a DDP shard)
+                return torch.empty_like(z).index_copy_(0, index, z)
+        return torch.cat([pl_module.embed(xb.to(pl_module.device)) for xb in x.split(10_000)])
 
     def _sizes(self, pl_module: L.LightningModule, x: Tensor, num_clusters: int) -> Tensor:
-        return torch.bincount(pl_module.assign(self._embed(pl_module, x)).cpu(), minlength=num_clusters)
+        return torch.bincount(pl_module.assign(self._embed(pl_module, x, "heldout")).cpu(), minlength=num_clusters)
 
     def _snapshot(self, pl_module: L.LightningModule, fit_set, num_classes: int | None) -> _Snapshot:
-        z = self._embed(pl_module, fit_set.x)
+        z = self._embed(pl_module, fit_set.x, "val")
         clusters = pl_module.assign(z).cpu()
         y = fit_set.y.long().cpu()
         num_classes = max(num_classes or 0, int(y.max()) + 1, 1)

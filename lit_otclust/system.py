@@ -172,8 +172,11 @@ class DeepClustering(L.LightningModule):
         # Per-epoch sums of the training terms and statistics (logged at the epoch's end).
         self._train_sums: dict[str, Tensor | float] = {}
         self._train_steps = 0
-        # Per evaluation set: the cluster sizes of the assignments.
+        # Per evaluation set: the cluster sizes of the assignments, and the (index, z) batches this rank embedded.
         self._eval_sizes: dict[int, Tensor] = {}
+        self._eval_z: dict[int, list[tuple[Tensor, Tensor]]] = {}
+        # The last evaluation's embeddings: set name -> (global step, (N,) sample indices, (N, p) embeddings).
+        self.eval_embeddings: dict[str, tuple[int, Tensor, Tensor]] = {}
 
     @property
     def joint(self) -> bool:
@@ -369,13 +372,15 @@ class DeepClustering(L.LightningModule):
 
     def on_validation_epoch_start(self) -> None:
         self._eval_sizes = {}
+        self._eval_z = {}
 
     def validation_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         """Assigns by the centers; evaluation only reads them. While pre-training and for the AE + k-means
         baseline (``clustering="none"``) those are k-means centers, which ``PhaseSwitch`` fits on the
         embeddings before each evaluation of a ``fit`` (a step of that method, not of the evaluation)."""
-        x, y, _ = batch
+        x, y, index = batch
         z = self.embed(x)
+        self._eval_z.setdefault(dataloader_idx, []).append((index, z))
         name = EVAL_SETS[dataloader_idx]
         pred = {rule: self.assign(z, rule) for rule in ("distance", "potential")}
         labelled = y >= 0  # y = -1: a sample without a label (a user's images), left out of acc/NMI/ARI
@@ -407,6 +412,13 @@ class DeepClustering(L.LightningModule):
             sizes = self._eval_sizes.get(idx, torch.zeros(len(self.centers), dtype=torch.long, device=self.device))
             self._log_metrics(name, name)
             self._log_sizes(name, self.trainer.strategy.reduce(sizes.float(), reduce_op="sum"))
+        # What this rank embedded, kept for the pictures drawn right after (ClusterFigures), which otherwise embed
+        # every sample again: as much as the evaluation itself (12.5 s an epoch on CIFAR-10 on 2 cores,
+        # benchmarks/results/bench_fit_cifar10_1ep.txt), every `figures.every_n_epochs` and at the end.
+        self.eval_embeddings = {EVAL_SETS[idx]: (self.global_step, torch.cat([i for i, _ in parts]),
+                                                 torch.cat([z for _, z in parts]))
+                                for idx, parts in self._eval_z.items()}
+        self._eval_z = {}
 
     def _log_sizes(self, name: str, sizes: Tensor) -> None:
         """The cluster-size histogram, summarised as scalars (its pictures: :class:`lit_otclust.figures.ClusterFigures`)."""

@@ -73,7 +73,7 @@ def test_module_entry_point_fits_logs_and_switches_phase(data_dir, tmp_path):
     # The console carries the run, not third-party notices the user cannot act on (each printed before the fix).
     console = proc.stdout + proc.stderr
     assert "wandb" in console  # W&B speaks (offline run, sync hint), so its silence below is not WANDB_SILENT's
-    for notice in ("anonymous setting has no effect", "litlogger", "LeafSpec"):
+    for notice in ("anonymous setting has no effect", "litlogger", "litmodels", "LeafSpec"):
         assert notice not in console, notice
     rows = epoch_metrics(tmp_path)
     assert sorted(rows) == [0, 1, 2]

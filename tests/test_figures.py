@@ -73,6 +73,19 @@ def test_fit_draws_every_figure_to_disk_and_to_an_offline_wandb_run_set_up_by_ep
     # Nothing trained between the last validation and the end of fit: the final pictures are those of epoch 1.
     for name in FIGURE_NAMES:
         assert (figures / f"{name}_final.png").read_bytes() == (figures / f"{name}_epoch001.png").read_bytes()
+    # The pictures reuse the last evaluation's embeddings (nothing trained since): equal to embedding the samples
+    # afresh, in the data set's order; a stale step or a partial set (a DDP shard) embeds afresh instead.
+    model, fit_set = cli.trainer.lightning_module, cli.datamodule.fit_set
+    drawer = next(cb for cb in cli.trainer.callbacks if isinstance(cb, ClusterFigures))
+    fresh = model.embed(fit_set.x)
+    step, index, z = model.eval_embeddings["val"]
+    assert step == cli.trainer.global_step and len(index) == len(fit_set)
+    real_embed, model.embed = model.embed, None  # the cache must not call it
+    torch.testing.assert_close(drawer._embed(model, fit_set.x, "val"), fresh)
+    model.embed = real_embed
+    for stale in ((step - 1, index, z), (step, index[:500], z[:500])):
+        model.eval_embeddings["val"] = stale
+        torch.testing.assert_close(drawer._embed(model, fit_set.x, "val"), fresh)
     # One row of 8 images per cluster: at least 10 x 28 pixels high and 8 x 28 wide.
     gallery = matplotlib.image.imread(figures / "gallery_epoch001.png")
     assert gallery.shape[0] > 10 * 28 and gallery.shape[1] > 8 * 28
