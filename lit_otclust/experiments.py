@@ -356,11 +356,12 @@ def figures(out: str, key: str = "val/acc", grid_key: str | None = None,
                 curves[label].append(ys)
         if curves:
             fig, ax = plt.subplots(figsize=(6, 4))
-            for method, runs in sorted(curves.items()):
+            for i, (method, runs) in enumerate(sorted(curves.items())):
                 n = min(len(y) for y in runs)
                 y = np.array([r[:n] for r in runs])
                 mean, std = np.nanmean(y, 0), np.nanstd(y, 0)
-                ax.plot(range(n), mean, label=f"{method} ({len(runs)} runs)")
+                # matplotlib cycles 10 colours: past them, a new line style keeps every curve its own.
+                ax.plot(range(n), mean, label=f"{method} ({len(runs)} runs)", linestyle=("-", "--", ":")[i // 10 % 3])
                 ax.fill_between(range(n), mean - std, mean + std, alpha=0.2)
             ax.set(xlabel="epoch", ylabel=key, title=f"{ds}: {key} per epoch (mean ± std over seeds)")
             written.append(_save(fig, ax, Path(out) / f"figure1_{ds}.png"))
