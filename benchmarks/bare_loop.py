@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Iterable
 
 import numpy as np
 import torch
@@ -45,6 +46,26 @@ def accuracy(pred: torch.Tensor, y: torch.Tensor, k: int) -> float:
     np.add.at(table, (pred.numpy(), y.numpy()), 1)
     rows, cols = linear_sum_assignment(-table)
     return table[rows, cols].sum() / len(y)
+
+
+def train_steps(model: torch.nn.Module, centers: torch.Tensor, opt: torch.optim.Optimizer, x: torch.Tensor,
+                batches: Iterable[torch.Tensor], w: torch.Tensor, lam: float, g: torch.Tensor | None,
+                epsilon: float = 1e-2, tol: float = 1e-5, max_iter: int = 1000) -> tuple[torch.Tensor | None, list[int]]:
+    """One pass of training steps over ``batches`` (index tensors into ``x``): reconstruction + lam * OT loss,
+    Adam. Returns the last Sinkhorn potential g (the next batch's warm start) and each step's Sinkhorn iterations."""
+    iters = []
+    for idx in batches:
+        xb = x[idx]
+        z, x_hat = model(xb)
+        recon = (x_hat - xb).pow(2).flatten(1).sum(1).mean()
+        clust, res = ot_clustering_loss(z, centers, w, epsilon=epsilon, tol=tol, max_iter=max_iter, g_init=g)
+        g = res.g
+        loss = recon + lam * clust
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        iters.append(res.n_iter)
+    return g, iters
 
 
 def main() -> None:
@@ -78,17 +99,8 @@ def main() -> None:
     for _ in range(args.epochs):
         start = time.perf_counter()
         order = torch.randperm(n, generator=generator)
-        for idx in order[: n - n % batch].split(batch):
-            xb = x[idx]
-            z, x_hat = model(xb)
-            recon = (x_hat - xb).pow(2).flatten(1).sum(1).mean()
-            clust, res = ot_clustering_loss(z, centers, w, epsilon=1e-2, tol=1e-5, max_iter=1000, g_init=g)
-            g = res.g
-            loss = recon + lam * clust
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            steps += 1
+        g, iters = train_steps(model, centers, opt, x, order[: n - n % batch].split(batch), w, lam, g)
+        steps += len(iters)
         train_s += time.perf_counter() - start
         start = time.perf_counter()
         z = embed()

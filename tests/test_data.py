@@ -224,12 +224,15 @@ def test_on_device_serves_the_same_batches_and_moves_the_tensors_once(data_dir: 
 def test_gather_on_device_equals_the_numpy_gather(shape: tuple[int, ...]) -> None:
     generator = torch.Generator().manual_seed(0)
     dataset = InMemoryDataset(torch.rand(shape, generator=generator), torch.randint(0, 10, (shape[0],), generator=generator))
-    indices = [7, 0, 49, 7, 23]  # any order, repeats allowed
-    host = dataset.__getitems__(indices)  # CPU tensors: numpy's gather
-    device = _gather_on_device(dataset.x, dataset.y, indices)
-    for a, b in zip(host, device, strict=True):
-        assert torch.equal(a, b) and a.dtype == b.dtype and a.device == b.device
-    assert torch.equal(device[2], torch.tensor(indices)) and torch.equal(device[0], dataset.x[torch.tensor(indices)])
+    # Any order, repeats allowed; a run of consecutive samples (an evaluation batch) comes back as views.
+    for indices in ([7, 0, 49, 7, 23], [10, 11, 12, 13], [48, 49], [3], [5, 6, 8], [9, 8, 7]):
+        host = dataset.__getitems__(indices)  # CPU tensors: numpy's gather, or views
+        device = _gather_on_device(dataset.x, dataset.y, indices)
+        for a, b in zip(host, device, strict=True):
+            assert torch.equal(a, b) and a.dtype == b.dtype and a.device == b.device and a.shape == b.shape
+        assert torch.equal(device[2], torch.tensor(indices)) and torch.equal(device[0], dataset.x[torch.tensor(indices)])
+        consecutive = all(j == i + 1 for i, j in zip(indices, indices[1:]))
+        assert (host[0].data_ptr() == dataset.x[indices[0]].data_ptr()) == consecutive  # a view exactly then
 
 
 def _evaluate_under_ddp(rank: int, world_size: int, init_file: str, data_dir: str, out_dir: str) -> None:

@@ -239,6 +239,20 @@ def test_a_zero_proportion_keeps_the_potential_average_finite_elsewhere():
     assert (module.assign(z, "potential") != 2).all()
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_a_non_finite_gradient_stops_the_step_and_names_the_parameter(bad):
+    """The check before Adam's step: a finite loss can still give a NaN/inf gradient (an overflow in backward);
+    it must stop before the step writes it into the weights, naming the parameter. Finite gradients pass,
+    large ones included (a sum of squares would overflow float32 from 1e19)."""
+    module = DeepClustering(MLPAutoencoder(latent_dim=2), num_clusters=3)
+    for p in module.parameters():
+        p.grad = torch.full_like(p, 1e20)
+    module.on_before_optimizer_step(None)  # finite: nothing raised
+    module.centers.grad[1, 0] = bad
+    with pytest.raises(FloatingPointError, match=r"gradient of centers is not finite"):
+        module.on_before_optimizer_step(None)
+
+
 def _tiny_fit(data_dir, module, switch, **trainer_kwargs):
     dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", subset=300, batch_size=100)
     trainer = L.Trainer(limit_val_batches=0, logger=False, enable_checkpointing=False, callbacks=[switch],

@@ -1,0 +1,88 @@
+"""The fixed cost of a ``fit`` process that the bare loop does not pay: its imports, and W&B's start.
+
+    python -m benchmarks.bench_startup [--repeats 3]
+
+Each figure is a fresh interpreter, run alternately ``repeats`` times, median printed:
+
+- imports of the bare loop (torch, torchvision, scipy, sklearn, the model and the OT loss) against
+  those of ``fit`` (the same plus Lightning, the CLI, W&B, matplotlib and the pictures);
+- ``wandb.init`` offline and ``finish`` with everything else already imported, and the seconds of the
+  imports W&B makes inside ``init`` (``-X importtime``, modules first imported during the call).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchmarks.bench_fit import REPO
+
+BARE = "import torch, torchvision, numpy, scipy.optimize, sklearn.cluster, lit_otclust.models, lit_otclust.ot"
+FIT = (BARE + "; import lit_otclust.cli, lit_otclust.figures, lit_otclust.system, lit_otclust.data, "
+       "lit_otclust.callbacks, wandb, matplotlib.pyplot")
+WANDB = FIT + """
+import json, os, sys, time
+os.environ["WANDB_MODE"] = "offline"; os.environ["WANDB_SILENT"] = "true"
+before = set(sys.modules)
+sys.stderr.write("--init--\\n"); sys.stderr.flush()
+t = time.perf_counter(); run = wandb.init(project="bench_startup", dir=sys.argv[1]); t_init = time.perf_counter() - t
+sys.stderr.write("--done--\\n"); sys.stderr.flush()
+t = time.perf_counter(); run.finish(); t_finish = time.perf_counter() - t
+print(json.dumps({"init": t_init, "finish": t_finish, "modules": len(set(sys.modules) - before)}))
+"""
+
+
+def wall(code: str, *args: str, importtime: bool = False) -> tuple[float, str, str]:
+    cmd = [sys.executable, *(["-X", "importtime"] if importtime else []), "-c", code, *args]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-2000:])
+    return time.perf_counter() - start, proc.stdout, proc.stderr
+
+
+def imports_inside_init(stderr: str) -> list[tuple[float, str]]:
+    """(cumulative seconds, module) of the top-level imports made between the --init-- and --done-- marks."""
+    inside = stderr.split("--init--", 1)[1].split("--done--", 1)[0]
+    rows = []
+    for line in inside.splitlines():
+        if line.startswith("import time:") and "cumulative" not in line:
+            _, cumulative, name = line.split(":", 1)[1].split("|")
+            if not name.startswith("  "):  # imported by W&B itself, not by another module of this list
+                rows.append((int(cumulative) / 1e6, name.strip()))
+    return sorted(rows, reverse=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    times: dict[str, list[float]] = {"bare imports": [], "fit imports": []}
+    init, finish, inner = [], [], []
+    for r in range(args.repeats):
+        for name, code in (("bare imports", BARE), ("fit imports", FIT))[:: 1 if r % 2 == 0 else -1]:
+            times[name].append(wall(code)[0])
+        with tempfile.TemporaryDirectory() as tmp:
+            _, out, err = wall(WANDB, tmp, importtime=True)
+        info = json.loads(out.strip().splitlines()[-1])
+        init.append(info["init"])
+        finish.append(info["finish"])
+        inner.append(imports_inside_init(err))
+    for name, values in times.items():
+        print(f"{name:13s}: median {statistics.median(values):5.2f} s  ({', '.join(f'{v:.2f}' for v in values)})")
+    gap = statistics.median(times["fit imports"]) - statistics.median(times["bare imports"])
+    print(f"fit - bare   : {gap:5.2f} s of imports")
+    print(f"wandb.init   : median {statistics.median(init):5.2f} s offline (importtime on), finish "
+          f"{statistics.median(finish):.2f} s")
+    print("  imports W&B makes inside init (last repeat, cumulative s):")
+    for seconds, module in inner[-1][:5]:
+        print(f"    {seconds:5.2f}  {module}")
+
+
+if __name__ == "__main__":
+    main()
