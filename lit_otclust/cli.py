@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Literal
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, ProgressBar, TQDMProgressBar
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
@@ -183,7 +184,34 @@ def console() -> None:
     gc.collect()
     gc.freeze()
     quiet_third_party_notices()
+    warn_if_cores_are_busy()
     main()
+
+
+def cores_oversubscribed(load: float, cores: int, threads: int) -> bool:
+    """Whether ``threads`` intra-op threads would share ``cores`` with other runnable work, judged from the
+    1-minute ``load`` average, which counts this process too (up to 1 while it imports)."""
+    return threads > 1 and max(load - 1.0, 0.0) + threads > cores + 0.5
+
+
+def warn_if_cores_are_busy() -> None:
+    """Warn when other work seems to hold the cores torch's threads will run on, unless the thread settings are
+    the user's. torch's OpenMP threads spin-wait for each other at every parallel region; when another process
+    holds a core, each wait lasts a scheduler time slice: with two 1-thread runs on these 2 cores, a short fit took
+    51.9 s at torch's default 2 threads against 13.2 s at 1 (``benchmarks/results/bench_threads.txt``)."""
+    if not hasattr(os, "getloadavg") or {"OMP_NUM_THREADS", "OMP_WAIT_POLICY"} & set(os.environ):
+        return
+    if os.environ.get("LOCAL_RANK", "0") != "0":  # DDP's other processes: Lightning sets their threads
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    load, threads = os.getloadavg()[0], torch.get_num_threads()
+    if cores_oversubscribed(load, cores, threads):
+        free = max(1, cores - round(max(load - 1.0, 0.0)))
+        warnings.warn(
+            f"the load average is {load:.1f} on the {cores} cores this run may use, and torch will run {threads} "
+            f"threads: if other work is still running, they will wait on each other (a step several times slower). "
+            f"Set OMP_NUM_THREADS={free} (or OMP_WAIT_POLICY=PASSIVE) in the run's environment; setting either "
+            "silences this.", RuntimeWarning, stacklevel=2)
 
 
 def quiet_third_party_notices() -> None:

@@ -20,7 +20,7 @@ import wandb
 from scipy.optimize import linear_sum_assignment
 
 from lit_otclust.callbacks import PhaseSwitch
-from lit_otclust.cli import OTClusterCLI, main
+from lit_otclust.cli import OTClusterCLI, cores_oversubscribed, main
 from lit_otclust.data import MNISTDataModule
 from lit_otclust.experiments import read_curves
 from lit_otclust.models import MLPAutoencoder
@@ -62,9 +62,21 @@ def test_console_script_exits_zero_after_a_run(data_dir, tmp_path):
     assert "val/acc" in proc.stdout  # the validation ran and printed its table
 
 
+@pytest.mark.parametrize("load, cores, threads, busy", [
+    (0.9, 2, 2, False),   # idle but for this process's own imports
+    (1.4, 2, 2, False),   # a little other work: within the half-core margin
+    (2.8, 2, 2, True),    # two other runs on the two cores (this project's sweep): the measured 4x slowdown
+    (3.0, 2, 1, False),   # one thread never waits on another
+    (59.0, 64, 4, False),  # a busy cluster node with room for this run's 4 threads
+    (62.0, 64, 4, True),
+])
+def test_the_cores_count_as_oversubscribed_when_other_work_and_the_threads_exceed_them(load, cores, threads, busy):
+    assert cores_oversubscribed(load, cores, threads) is busy
+
+
 def test_module_entry_point_fits_logs_and_switches_phase(data_dir, tmp_path):
     """`python -m lit_otclust fit --config configs/smoke.yaml` as a user runs it."""
-    env = {**os.environ, "WANDB_MODE": "offline"}
+    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
     env.pop("WANDB_SILENT", None)
     cmd = [sys.executable, "-m", "lit_otclust", "fit", "--config", SMOKE, "--data.data_dir", str(data_dir),
            "--trainer.default_root_dir", str(tmp_path)]
@@ -73,7 +85,8 @@ def test_module_entry_point_fits_logs_and_switches_phase(data_dir, tmp_path):
     # The console carries the run, not third-party notices the user cannot act on (each printed before the fix).
     console = proc.stdout + proc.stderr
     assert "wandb" in console  # W&B speaks (offline run, sync hint), so its silence below is not WANDB_SILENT's
-    for notice in ("anonymous setting has no effect", "litlogger", "litmodels", "LeafSpec"):
+    # ... and the busy-cores warning is silent when the user has set the threads (whatever the load).
+    for notice in ("anonymous setting has no effect", "litlogger", "litmodels", "LeafSpec", "load average"):
         assert notice not in console, notice
     rows = epoch_metrics(tmp_path)
     assert sorted(rows) == [0, 1, 2]
