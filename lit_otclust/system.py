@@ -318,9 +318,11 @@ class DeepClustering(L.LightningModule):
     def on_before_optimizer_step(self, optimizer) -> None:
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         # A NaN or inf anywhere makes its tensor's sum non-finite: one read of the gradients and one host sync.
-        # (Sums, not norms: squares overflow float32 from 1e19, sums only past 3e38.)
+        # Only then the exact check, element by element (huge finite gradients can overflow a sum, not it).
         if grads and not torch.isfinite(torch.stack([g.sum() for g in grads]).sum()):
             names = [n for n, p in self.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()]
+            if not names:
+                return
             raise FloatingPointError(
                 f"epoch {self.current_epoch}, step {self.global_step}: the gradient of {', '.join(names[:3])}"
                 f"{' and others' if len(names) > 3 else ''} is not finite. Training stopped; the last checkpoint "

@@ -243,11 +243,12 @@ def test_a_zero_proportion_keeps_the_potential_average_finite_elsewhere():
 def test_a_non_finite_gradient_stops_the_step_and_names_the_parameter(bad):
     """The check before Adam's step: a finite loss can still give a NaN/inf gradient (an overflow in backward);
     it must stop before the step writes it into the weights, naming the parameter. Finite gradients pass,
-    large ones included (a sum of squares would overflow float32 from 1e19)."""
+    large ones included (a sum of squares overflows float32 from 1e19, a plain sum from 3e38)."""
     module = DeepClustering(MLPAutoencoder(latent_dim=2), num_clusters=3)
-    for p in module.parameters():
-        p.grad = torch.full_like(p, 1e20)
-    module.on_before_optimizer_step(None)  # finite: nothing raised
+    for big in (1e20, 3e38):
+        for p in module.parameters():
+            p.grad = torch.full_like(p, big)
+        module.on_before_optimizer_step(None)  # finite: nothing raised
     module.centers.grad[1, 0] = bad
     with pytest.raises(FloatingPointError, match=r"gradient of centers is not finite"):
         module.on_before_optimizer_step(None)
