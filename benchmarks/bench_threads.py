@@ -16,12 +16,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
-from benchmarks.bench_fit import REPO
+from benchmarks.bench_fit import timed
 
 SETTINGS = {"default threads": {}, "OMP_NUM_THREADS=1": {"OMP_NUM_THREADS": "1"},
             "OMP_WAIT_POLICY=PASSIVE": {"OMP_WAIT_POLICY": "PASSIVE"}}
@@ -43,9 +41,7 @@ def main() -> None:
                        "--data.data_dir", os.path.abspath(args.data_dir), "--data.init_args.fit_split", "test",
                        "--trainer.max_epochs", "1", "--trainer.logger", "false", "--trainer.enable_progress_bar",
                        "false", "--trainer.default_root_dir", tmp]
-                start = time.perf_counter()
-                subprocess.run(cmd, cwd=REPO, env={**base, **extra}, check=True, capture_output=True)
-                times[name].append(time.perf_counter() - start)
+                times[name].append(timed(cmd, {**base, **extra})[0])
     for name, values in times.items():
         print(f"  {name:24s}: {statistics.median(values):6.1f} s  ({', '.join(f'{v:.1f}' for v in values)})")
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
