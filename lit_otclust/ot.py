@@ -26,7 +26,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-__all__ = ["NonFiniteCostError", "SinkhornResult", "squared_distances", "sinkhorn", "ot_clustering_loss", "soft_kmeans_loss"]
+__all__ = ["NonFiniteCostError", "SinkhornResult", "squared_distances", "sinkhorn", "sinkhorn_algorithm1",
+           "ot_clustering_loss", "soft_kmeans_loss"]
 
 # Epsilon scaling: each stage divides epsilon by this factor and runs a few iterations warm-started from
 # the previous stage, so that the last stage starts close to its fixed point (Schmitzer 2019, Sec. 3.2).
@@ -416,6 +417,52 @@ def sinkhorn(
     return SinkhornResult(plan.to(out), f.to(out), g.to(out), n_iter, err, converged)
 
 
+def sinkhorn_algorithm1(cost: Tensor, b: Tensor | None = None, *, epsilon: float, n_iter: int) -> SinkhornResult:
+    r"""The paper's Algorithm 1 as written: ``n_iter`` Sinkhorn iterations from :math:`b = \mathbf{1}_K`, no stopping rule.
+
+    .. math::
+        a \leftarrow \frac{\mathbf{1}_n / n}{M b}, \quad b \leftarrow \frac{w}{M^\top a}, \quad
+        M = e^{-C/\epsilon}, \quad P = \mathrm{diag}(a) M \mathrm{diag}(b),
+
+    run in the log domain (the same iterates where :math:`e^{-C/\epsilon}` does not underflow; the paper's kernel
+    form underflows in float32 once :math:`C/\epsilon > 87`). The column update comes last, so the plan's
+    cluster sizes are exactly ``b`` after any number of iterations and its rows are loose; :func:`sinkhorn`
+    enforces the rows and solves to a tolerance instead. Not warm-started, no epsilon scaling, no Newton
+    steps: what a plain implementation of the paper runs. Differentiable by autograd through the iterations
+    when ``cost`` requires grad. Single process.
+
+    Args:
+        cost: (n, K) cost, finite. b: (K,) cluster proportions w, positive, summing to 1; default ``1/K``.
+        epsilon: entropic regularisation, > 0. n_iter: the number of iterations (the paper's :math:`n_{iter}`), >= 1.
+
+    Returns:
+        :class:`SinkhornResult` with ``marginal_error`` the L1 error of the *row* marginal (the loose one here),
+        ``converged`` whether it is below 1e-5, and ``g`` in the gauge :math:`\langle b, g \rangle = 0`.
+    """
+    if cost.dim() != 2 or not cost.is_floating_point():
+        raise ValueError(f"`cost` must be a 2-D floating tensor, got shape {tuple(cost.shape)} and {cost.dtype}")
+    if not torch.isfinite(cost).all():
+        raise NonFiniteCostError("`cost` contains NaN or Inf")
+    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"`epsilon` must be a finite number > 0, got {epsilon!r}")
+    if n_iter < 1:
+        raise ValueError(f"`n_iter` must be >= 1, got {n_iter}")
+    n, k = cost.shape
+    b = _check_weights(b, k, "b", _Group(False), cost)
+    if not (b > 0).all():
+        raise ValueError("`b` must be positive for Algorithm 1 (a zero proportion makes log(b) -inf)")
+    log_a, log_b = torch.full((n,), -math.log(n), dtype=cost.dtype, device=cost.device), b.to(cost).log()
+    g = cost.new_zeros(k)  # b = 1
+    for _ in range(n_iter):
+        f = epsilon * (log_a - torch.logsumexp((g[None, :] - cost) / epsilon, 1))  # (n,)
+        g = epsilon * (log_b - torch.logsumexp((f[:, None] - cost) / epsilon, 0))  # (K,)
+    shift = (b.to(cost) * g).sum()
+    f, g = f + shift, g - shift
+    plan = torch.exp((f[:, None] + g[None, :] - cost) / epsilon)
+    err = (plan.detach().sum(1) - 1.0 / n).abs().sum().item()
+    return SinkhornResult(plan, f, g, n_iter, err, err < 1e-5)
+
+
 def _objective(plan: Tensor, log_plan: Tensor, cost: Tensor, epsilon: float) -> Tensor:
     r""":math:`\sum_{ik} C_{ik}P_{ik} + \epsilon P_{ik}(\log P_{ik} - 1)`, the paper's (OT_eps), summed."""
     entropy = plan * (torch.where(plan > 0, log_plan, torch.zeros_like(log_plan)) - 1.0)  # 0 log 0 = 0
@@ -435,6 +482,7 @@ def ot_clustering_loss(
     g_init: Tensor | None = None,
     distributed: bool = False,
     warn: bool = True,
+    solver: str = "solve",
 ) -> tuple[Tensor, SinkhornResult]:
     r"""The paper's clustering loss :math:`\ell_c^{OT_\epsilon}`, the value of (OT_eps) at the Sinkhorn plan.
 
@@ -452,6 +500,10 @@ def ot_clustering_loss(
         gradient: ``"envelope"`` (default) solves without autograd and differentiates the objective with
             the plan held fixed, exact at the optimum by Danskin's theorem: :math:`\partial\ell/\partial C = P^*`.
             ``"unrolled"`` backpropagates through the iterations, as in the paper (single process only).
+        solver: ``"solve"`` (default): :func:`sinkhorn`, solved to ``tol`` (warm-started from ``g_init``).
+            ``"algorithm1"``: :func:`sinkhorn_algorithm1`, the paper's Algorithm 1 with ``n_iter = max_iter``
+            from a cold start, columns exact and rows loose; balanced, single process (``tol``, ``g_init``
+            unused). Its plan is a minimiser only once converged, so its ``"envelope"`` gradient is approximate.
 
     Returns:
         The scalar loss (with ``distributed``: this rank's share, summing over ranks to the global loss)
@@ -459,7 +511,18 @@ def ot_clustering_loss(
     """
     if gradient not in ("envelope", "unrolled"):
         raise ValueError(f"`gradient` must be 'envelope' or 'unrolled', got {gradient!r}")
+    if solver not in ("solve", "algorithm1"):
+        raise ValueError(f"`solver` must be 'solve' or 'algorithm1', got {solver!r}")
     cost = squared_distances(z, centers)  # (n, K)
+    if solver == "algorithm1":
+        if reg_m is not None or (distributed and _Group(True).active):
+            raise ValueError("solver='algorithm1' is the paper's balanced, single-process Sinkhorn: "
+                             "use solver='solve' with reg_m or distributed=True")
+        res = sinkhorn_algorithm1(cost if gradient == "unrolled" else cost.detach(), proportions,
+                                  epsilon=epsilon, n_iter=max_iter)
+        log_plan = (res.f[:, None] + res.g[None, :] - (cost if gradient == "unrolled" else cost.detach())) / epsilon
+        loss = _objective(res.plan, log_plan, cost, epsilon)
+        return loss, res._replace(plan=res.plan.detach(), f=res.f.detach(), g=res.g.detach())
     solve = dict(epsilon=epsilon, max_iter=max_iter, tol=tol, reg_m=reg_m, g_init=g_init, distributed=distributed,
                  warn=warn)
     if gradient == "unrolled":

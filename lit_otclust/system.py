@@ -59,6 +59,12 @@ class DeepClustering(L.LightningModule):
             pixels, which shrinks l_r by the input dimension d relative to l_c.
         gradient: ``"envelope"`` or ``"unrolled"`` (see :func:`lit_otclust.ot.ot_clustering_loss`).
         sinkhorn_max_iter / sinkhorn_tol: the Sinkhorn stopping rule.
+        sinkhorn_solver: ``"solve"`` (default): log-domain Sinkhorn + Newton, warm-started from the previous
+            batch's potential and solved to ``sinkhorn_tol`` (:func:`lit_otclust.ot.sinkhorn`). ``"algorithm1"``:
+            the paper's Algorithm 1 as written, exactly ``sinkhorn_max_iter`` iterations from a cold start, so
+            the cluster sizes of each batch's plan are exact and its rows loose
+            (:func:`lit_otclust.ot.sinkhorn_algorithm1`); balanced and single-process only. Its rows' error is
+            logged as ``train/sinkhorn_error`` and not warned about.
         reg_m: unbalanced OT strength tau (None: balanced, the paper).
         cost_scale: ``"none"`` (the paper: C_ik = ||z_i - mu_k||^2) or ``"batch_mean"``
             (C / mean(C) over the batch, so epsilon is relative to the typical distance). Our
@@ -99,6 +105,7 @@ class DeepClustering(L.LightningModule):
         gradient: Literal["envelope", "unrolled"] = "envelope",
         sinkhorn_max_iter: int = 1000,
         sinkhorn_tol: float = 1e-5,
+        sinkhorn_solver: Literal["solve", "algorithm1"] = "solve",
         reg_m: float | None = None,
         cost_scale: Literal["none", "batch_mean"] = "none",
         assignment: Literal["distance", "potential"] = "distance",
@@ -119,6 +126,10 @@ class DeepClustering(L.LightningModule):
             raise ValueError(f"cost_scale must be 'none' or 'batch_mean', got {cost_scale!r}")
         if reconstruction not in ("sse", "mse"):
             raise ValueError(f"reconstruction must be 'sse' or 'mse', got {reconstruction!r}")
+        if sinkhorn_solver not in ("solve", "algorithm1"):
+            raise ValueError(f"sinkhorn_solver must be 'solve' or 'algorithm1', got {sinkhorn_solver!r}")
+        if sinkhorn_solver == "algorithm1" and (reg_m is not None or reg_m_start is not None):
+            raise ValueError("sinkhorn_solver='algorithm1' is the paper's balanced Sinkhorn: it takes no reg_m or reg_m_start")
         if assignment not in ("distance", "potential"):
             raise ValueError(f"assignment must be 'distance' or 'potential', got {assignment!r}")
         if num_clusters < 2:
@@ -243,8 +254,9 @@ class DeepClustering(L.LightningModule):
             z, centers, self.proportions, epsilon=epsilon, gradient=hp.gradient,
             max_iter=hp.sinkhorn_max_iter, tol=hp.sinkhorn_tol, reg_m=reg_m, g_init=warm,
             distributed=world > 1, warn=False,  # counted per epoch and warned about once per run instead
+            solver=hp.sinkhorn_solver,
         )
-        if not res.converged:
+        if not res.converged and hp.sinkhorn_solver == "solve":  # Algorithm 1 stops at n_iter by design
             self._unconverged += 1
             self._worst_error = max(self._worst_error, float(res.marginal_error))
         g = res.g.detach()

@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lit_otclust.ot import ot_clustering_loss, sinkhorn, soft_kmeans_loss, squared_distances
+from lit_otclust.ot import ot_clustering_loss, sinkhorn, sinkhorn_algorithm1, soft_kmeans_loss, squared_distances
 
 
 def _problem(n: int, k: int, seed: int, dtype=torch.float64, p: int = 4):
@@ -44,6 +44,54 @@ def test_plan_matches_pot_log_sinkhorn(seed, epsilon):
     # The potentials describe the same plan (ott-jax convention).
     rebuilt = torch.exp((ours.f[:, None] + ours.g[None, :] - cost) / epsilon)
     assert torch.allclose(rebuilt, ours.plan, atol=1e-12)
+
+
+@pytest.mark.parametrize("n_iter", [1, 3, 10])
+def test_algorithm1_is_pots_sinkhorn_knopp_on_the_transposed_problem(n_iter):
+    """The paper's Algorithm 1 updates a (points) then b (clusters) from b = 1; POT's sinkhorn_knopp updates v then u
+    from uniform starts, so on the transpose (clusters as its rows) it runs the same iterates (a constant start
+    scale cancels in the first update) and returns the same plan after n_iter iterations, stopped or not."""
+    z, centers, _, b = _problem(30, 5, n_iter)
+    cost = squared_distances(z, centers)
+    ours = sinkhorn_algorithm1(cost, b, epsilon=0.5, n_iter=n_iter)
+    a = torch.full((30,), 1.0 / 30, dtype=torch.float64)
+    ref = pot.sinkhorn(b.numpy(), a.numpy(), cost.T.numpy(), 0.5, method="sinkhorn", numItermax=n_iter, stopThr=0.0,
+                      warn=False)
+    np.testing.assert_allclose(ours.plan.T.numpy(), ref, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(ours.plan.sum(0).numpy(), b.numpy(), rtol=1e-12)  # columns exact at any n_iter
+    assert ours.n_iter == n_iter and math.isclose(ours.marginal_error, _l1(ours.plan.sum(1), a), rel_tol=1e-9)
+    assert torch.allclose(torch.exp((ours.f[:, None] + ours.g[None, :] - cost) / 0.5), ours.plan, atol=1e-14)
+
+
+def test_algorithm1_tends_to_the_solved_plan_and_its_unrolled_gradient_to_the_envelope():
+    z, centers, _, b = _problem(40, 4, 7)
+    centers.requires_grad_(True)
+    cost = squared_distances(z, centers)
+    solved = sinkhorn(cost.detach(), None, b, epsilon=1.0, tol=1e-13)
+    errors = [_l1(sinkhorn_algorithm1(cost.detach(), b, epsilon=1.0, n_iter=n).plan, solved.plan) for n in (2, 20, 200)]
+    assert errors[0] > errors[1] > errors[2] and errors[2] < 1e-10
+    grads = {}
+    for solver, gradient, n in (("algorithm1", "unrolled", 200), ("solve", "envelope", 1000)):
+        loss, _ = ot_clustering_loss(z, centers, b, epsilon=1.0, gradient=gradient, max_iter=n, tol=1e-13, solver=solver)
+        grads[solver] = torch.autograd.grad(loss, centers)[0]
+    torch.testing.assert_close(grads["algorithm1"], grads["solve"], rtol=1e-8, atol=1e-10)
+    few = ot_clustering_loss(z, centers, b, epsilon=1.0, gradient="unrolled", max_iter=3, solver="algorithm1")[0]
+    assert torch.autograd.gradcheck(
+        lambda c: ot_clustering_loss(z, c, b, epsilon=1.0, gradient="unrolled", max_iter=3, solver="algorithm1")[0],
+        (centers.detach().clone().requires_grad_(True),)) and torch.isfinite(few)
+
+
+def test_algorithm1_refuses_what_it_is_not():
+    z, centers, _, b = _problem(10, 3, 0)
+    cost = squared_distances(z, centers)
+    with pytest.raises(ValueError, match="n_iter"):
+        sinkhorn_algorithm1(cost, b, epsilon=0.1, n_iter=0)
+    with pytest.raises(ValueError, match="positive"):
+        sinkhorn_algorithm1(cost, torch.tensor([0.5, 0.5, 0.0], dtype=torch.float64), epsilon=0.1, n_iter=5)
+    with pytest.raises(ValueError, match="reg_m"):
+        ot_clustering_loss(z, centers, b, epsilon=0.1, reg_m=1.0, solver="algorithm1")
+    with pytest.raises(ValueError, match="solver"):
+        ot_clustering_loss(z, centers, b, epsilon=0.1, solver="plain")
 
 
 def test_transport_cost_tends_to_emd():

@@ -116,6 +116,32 @@ def test_the_training_loss_weights_warm_starts_and_averages_as_documented():
     assert int(module.g_count) == 3
 
 
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")
+def test_the_algorithm1_solver_runs_the_papers_sinkhorn_cold_every_batch():
+    """sinkhorn_solver='algorithm1': each batch's loss is the library's Algorithm 1 from b = 1 (no warm start from
+    the previous batch), n_iter = sinkhorn_max_iter, and its loose rows are not counted as unconverged."""
+    torch.manual_seed(0)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=4, epsilon=0.1, clustering_weight=0.25,
+                            sinkhorn_solver="algorithm1", sinkhorn_max_iter=5, gradient="unrolled")
+    module.centers.data.normal_()
+    module.joint = True
+    w = torch.full((4,), 0.25)
+    for step in range(2):
+        x = torch.rand(40, 784)
+        z, x_hat = module.autoencoder(x)
+        loss = module.training_step((x, torch.zeros(40, dtype=torch.long), torch.arange(40)), step)
+        clust, res = ot_clustering_loss(z, module.centers, w, epsilon=0.1, gradient="unrolled", max_iter=5,
+                                        solver="algorithm1")
+        torch.testing.assert_close(loss, (x_hat - x).pow(2).sum(1).mean() + 0.25 * clust)
+        torch.testing.assert_close(module.g_last, res.g)
+        assert not res.converged and module._unconverged == 0
+    assert module._train_sums["sinkhorn_iters"] == 10.0
+    with pytest.raises(ValueError, match="algorithm1"):
+        DeepClustering(MLPAutoencoder(), sinkhorn_solver="algorithm1", reg_m=1.0)
+    with pytest.raises(ValueError, match="sinkhorn_solver"):
+        DeepClustering(MLPAutoencoder(), sinkhorn_solver="plain")
+
+
 def test_potential_assignment_shifts_by_g():
     module = DeepClustering(MLPAutoencoder(latent_dim=1), num_clusters=2)
     module.centers.data = torch.tensor([[0.0], [1.0]])
