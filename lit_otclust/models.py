@@ -41,25 +41,32 @@ def _mlp(widths: Sequence[int], last_activation: bool) -> nn.Sequential:
 class MLPAutoencoder(nn.Module):
     """Fully connected autoencoder, ``d-500-250-p`` and its mirror (the paper's MNIST model).
 
-    The latent layer and the reconstruction are linear (no activation), as in DEC/DKM, so the
-    embedding can take any sign and the decoder can output any pixel scaling.
+    The reconstruction is linear (no activation), so the decoder can output any pixel scaling. The
+    latent layer is linear by default, as in DEC/DKM, so the embedding can take any sign; the paper's
+    "500-250-10-250-500 structure and ReLU activation" can also be read as a ReLU on it too
+    (``latent_activation="relu"``: the embedding in the nonnegative orthant), a choice the recipe
+    study measures.
 
     Args:
         input_shape: shape of one sample; it is flattened, e.g. ``(784,)`` or ``(1, 28, 28)``.
         hidden_dims: widths of the encoder's hidden layers; the decoder mirrors them.
         latent_dim: p, the size of the embedding.
         weight_init: ``torch`` (PyTorch's layer defaults) or ``glorot`` (TensorFlow's).
+        latent_activation: ``linear`` (none, the default) or ``relu`` on the embedding.
     """
 
     def __init__(self, input_shape: Sequence[int] = (784,), hidden_dims: Sequence[int] = (500, 250),
-                 latent_dim: int = 10, weight_init: WeightInit = "torch") -> None:
+                 latent_dim: int = 10, weight_init: WeightInit = "torch",
+                 latent_activation: Literal["linear", "relu"] = "linear") -> None:
         super().__init__()
         if latent_dim < 1 or any(h < 1 for h in hidden_dims):
             raise ValueError(f"latent_dim and hidden_dims must be >= 1, got {latent_dim}, {list(hidden_dims)}")
+        if latent_activation not in ("linear", "relu"):
+            raise ValueError(f"`latent_activation` must be 'linear' or 'relu', got {latent_activation!r}")
         self.input_shape = tuple(input_shape)
         self.latent_dim = latent_dim
         dims = [prod(self.input_shape), *hidden_dims, latent_dim]
-        self.encoder = nn.Sequential(nn.Flatten(), _mlp(dims, last_activation=False))
+        self.encoder = nn.Sequential(nn.Flatten(), _mlp(dims, last_activation=latent_activation == "relu"))
         self.decoder = nn.Sequential(_mlp(dims[::-1], last_activation=False), nn.Unflatten(1, self.input_shape))
         _init_weights(self, weight_init)
 

@@ -62,3 +62,13 @@ for s in 0 1 2 3 4; do
 done
 $RUN --configs mnist_ot --grid model.sinkhorn_solver=algorithm1 model.sinkhorn_max_iter=10 model.gradient=unrolled --set $SET
 python -m lit_otclust.experiments table --out $OUT
+# Seventh round: the other reading of the paper's "500-250-10-250-500 structure and ReLU activation", a ReLU on
+# the embedding too (`latent_activation=relu`: z in the nonnegative orthant; DEC/DKM and our default keep it
+# linear), for OT and for soft k-means, 5 seeds each, paired by seed with the first round. One lane.
+for s in 0 1 2 3 4; do
+  python -m lit_otclust.experiments run --out $OUT --seeds $s --jobs 1 --threads 1 --configs mnist_ot \
+    --grid model.autoencoder.init_args.latent_activation=relu --set $SET
+  python -m lit_otclust.experiments run --out $OUT --seeds $s --jobs 1 --threads 1 --configs mnist_soft_kmeans \
+    --grid model.autoencoder.init_args.latent_activation=relu --set $SET
+done
+python -m lit_otclust.experiments table --out $OUT

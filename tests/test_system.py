@@ -68,6 +68,22 @@ def test_glorot_init_is_tensorflows_default(model):
         model(weight_init="xavier")
 
 
+def test_relu_latent_is_the_linear_embedding_clipped_at_zero():
+    """Same weights, both readings of the paper's "ReLU activation": z_relu = max(z_linear, 0), decoded as such."""
+    torch.manual_seed(0)
+    linear = MLPAutoencoder()
+    relu = MLPAutoencoder(latent_activation="relu")
+    relu.load_state_dict(linear.state_dict())
+    x = torch.rand(64, 784)
+    z_lin, _ = linear(x)
+    z_relu, x_hat = relu(x)
+    assert (z_lin < 0).any() and (z_lin > 0).any()
+    torch.testing.assert_close(z_relu, z_lin.clamp_min(0))
+    torch.testing.assert_close(x_hat, linear.decoder(z_lin.clamp_min(0)))
+    with pytest.raises(ValueError, match="latent_activation"):
+        MLPAutoencoder(latent_activation="tanh")
+
+
 def test_bad_settings_name_themselves():
     with pytest.raises(ValueError, match="clustering"):
         DeepClustering(MLPAutoencoder(), clustering="kmeans")
