@@ -78,6 +78,14 @@ def read_curves(csv_path: Path, keys: tuple[str, ...] | None = CURVE_KEYS) -> di
     return dict(sorted(rows.items()))
 
 
+def read_confusions(folder: Path) -> dict[int, dict[str, list]]:
+    """The confusion counts :class:`~lit_otclust.figures.ClusterFigures` wrote in ``folder``, by epoch (0-based)."""
+    from lit_otclust.figures import read_confusion_csv  # here: the figures module imports Lightning and matplotlib
+
+    files = Path(folder).glob("confusion_epoch*.csv")
+    return {int(p.stem.removeprefix("confusion_epoch")): read_confusion_csv(p) for p in sorted(files)}
+
+
 def _commit() -> str | None:
     """The code's git commit (with ``+dirty`` if the code or the configs have changes), so a record names what
     ran. Results written beside the runs (a sweep's tables) do not make the code dirty."""
@@ -143,6 +151,9 @@ def _run_one(out: Path, config: str, point: dict[str, str], fixed: dict[str, str
               "grid": point, "fixed": fixed, "seconds": round(_attempts_seconds(root, time.time(), done=True), 1),
               "final": curves[max(curves)] if curves else {}, "curves": curves, "command": " ".join(portable),
               "commit": _commit()}
+    confusion = read_confusions(root / "figures")
+    if confusion:  # clusters x classes every `figures.every_n_epochs` epochs: which classes merge or split, and when
+        record["confusion"] = confusion
     result.write_text(json.dumps(record, indent=1) + "\n")
     return f"done {name}: val/acc {record['final'].get('val/acc', float('nan')):.4f} in {record['seconds']:.0f}s"
 

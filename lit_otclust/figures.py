@@ -10,8 +10,10 @@ is freed with its last reference). The callback embeds the fitted images, draws
 - ``sizes``: the cluster sizes against the prescribed proportions w;
 - ``plan``: the Sinkhorn plan of one training batch (OT clustering, joint phase only);
 
-and saves them as PNG (and to W&B when a ``WandbLogger`` is attached). Clusters appear in the
-same order in every picture: those matched to class 0, 1, ... first, unmatched ones after.
+and saves them as PNG (and to W&B when a ``WandbLogger`` is attached), with the confusion counts
+also as CSV (``confusion_<tag>.csv``, :func:`confusion_csv`), so how classes merge and split over
+the epochs can be read back as numbers. Clusters appear in the same order in every picture: those
+matched to class 0, 1, ... first, unmatched ones after.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from torch import Tensor
 from lit_otclust.metrics import hungarian_accuracy
 from lit_otclust.ot import SinkhornResult, sinkhorn, squared_distances
 
-__all__ = ["display_images", "matched_confusion", "nearest_to_centers", "pca_2d", "batch_plan", "gallery_figure",
+__all__ = ["display_images", "matched_confusion", "confusion_csv", "read_confusion_csv", "nearest_to_centers", "pca_2d", "batch_plan", "gallery_figure",
            "confusion_figure", "embedding_figure", "sizes_figure", "plan_figure", "save_png", "ClusterFigures"]
 
 FIGURE_NAMES = ("gallery", "confusion", "embedding", "sizes", "plan")
@@ -87,6 +89,25 @@ def matched_confusion(pred: Tensor, target: Tensor, num_clusters: int,
     key = torch.where(matching >= 0, matching, num_classes + torch.arange(num_clusters))
     order = key.argsort()
     return counts.reshape(num_clusters, num_classes)[order], order, matching
+
+
+def confusion_csv(matrix: Tensor, order: Tensor, matching: Tensor) -> str:
+    """The output of :func:`matched_confusion` as CSV text: a header ``cluster,matched_class,0,1,...,C-1``, then
+    one row per cluster in ``order`` (its index, its matched class or -1, its counts per class)."""
+    num_classes = matrix.shape[1]
+    lines = [",".join(["cluster", "matched_class", *map(str, range(num_classes))])]
+    for k, counts in zip(order.tolist(), matrix.tolist()):
+        lines.append(",".join(map(str, [k, int(matching[k]), *counts])))
+    return "\n".join(lines) + "\n"
+
+
+def read_confusion_csv(path: Path) -> dict[str, list]:
+    """A file written from :func:`confusion_csv`: ``{"cluster": (K,), "matched_class": (K,), "counts": (K, C)}``."""
+    header, *rows = [line.split(",") for line in Path(path).read_text().splitlines() if line]
+    if header[:2] != ["cluster", "matched_class"]:
+        raise ValueError(f"{path}: not a confusion CSV (header {header[:2]})")
+    table = [[int(v) for v in row] for row in rows]
+    return {"cluster": [r[0] for r in table], "matched_class": [r[1] for r in table], "counts": [r[2:] for r in table]}
 
 
 def nearest_to_centers(z: Tensor, centers: Tensor, n: int) -> Tensor:
@@ -314,6 +335,8 @@ class ClusterFigures(L.Callback):
             # No step since the last drawing: the same pictures, so copy them instead of drawing (and logging) again.
             for name, path in self._last[1].items():
                 shutil.copyfile(path, path.with_name(f"{name}_final.png"))
+                if path.with_suffix(".csv").exists():
+                    shutil.copyfile(path.with_suffix(".csv"), path.with_name(f"{name}_final.csv"))
             return
         self.draw(trainer, pl_module, "final", max(trainer.current_epoch - 1, 0))
 
@@ -336,7 +359,7 @@ class ClusterFigures(L.Callback):
         pl_module.eval()  # e.g. BatchNorm must not update its running statistics here
         try:
             snap = self._snapshot(pl_module, fit_set, getattr(datamodule, "num_classes", None))
-            figures = self._draw(pl_module, snap, datamodule, epoch)
+            figures, tables = self._draw(pl_module, snap, datamodule, epoch)
             heldout = getattr(datamodule, "heldout_set", None)
             heldout_sizes = (self._sizes(pl_module, heldout.x, len(snap.centers))
                              if wandb_runs and heldout is not None and len(heldout) else None)
@@ -345,6 +368,8 @@ class ClusterFigures(L.Callback):
                 m.training = training
         folder = Path(trainer.default_root_dir) / "figures"
         files = {name: save_png(fig, folder / f"{name}_{tag}.png") for name, fig in figures.items()}
+        for name, text in tables.items():  # the numbers behind a picture, beside it
+            (folder / f"{name}_{tag}.csv").write_text(text)
         if wandb_runs:
             import wandb
 
@@ -380,7 +405,9 @@ class ClusterFigures(L.Callback):
         num_classes = max(num_classes or 0, int(y.max()) + 1, 1)
         return _Snapshot(fit_set.x, y, z.float().cpu(), clusters, pl_module.centers.detach().float().cpu(), num_classes)
 
-    def _draw(self, pl_module: L.LightningModule, snap: _Snapshot, datamodule, epoch: int | None) -> dict[str, Figure]:
+    def _draw(self, pl_module: L.LightningModule, snap: _Snapshot, datamodule,
+              epoch: int | None) -> tuple[dict[str, Figure], dict[str, str]]:
+        """The pictures by name, and the CSV text of those drawn from a table (the confusion counts)."""
         K, C, N = len(snap.centers), snap.num_classes, len(snap.y)
         labelled = bool((snap.y >= 0).all())  # a user's unlabelled images have y = -1: no class to match
         if labelled:
@@ -391,6 +418,7 @@ class ClusterFigures(L.Callback):
         sizes = torch.bincount(snap.clusters, minlength=K).float() / N  # (K,)
         head = f"{_when(epoch)}, {N} samples" + (f", accuracy {matrix.diagonal().sum().item() / N:.3f}" if labelled else "")
         figures: dict[str, Figure] = {}
+        tables: dict[str, str] = {}
 
         near = nearest_to_centers(snap.z, snap.centers, self.gallery_size)[order]  # (K, n)
         images = display_images(snap.x[near.flatten()])
@@ -402,6 +430,7 @@ class ClusterFigures(L.Callback):
 
         if labelled:
             figures["confusion"] = confusion_figure(matrix, labels, [str(c) for c in range(C)], head)
+            tables["confusion"] = confusion_csv(matrix, order, matching)
 
         keep = torch.randperm(N, generator=torch.Generator().manual_seed(0))[:self.max_points]
         points, centers = pca_2d(snap.z[keep], snap.centers)
@@ -424,4 +453,4 @@ class ClusterFigures(L.Callback):
                      f"{res.n_iter} iterations, {state} (marginal error {res.marginal_error:.1e}), "
                      f"{moved:.1%} sent off their nearest center")
             figures["plan"] = plan_figure(res.plan.cpu(), snap.clusters[batch], order, labels, title)
-        return figures
+        return figures, tables

@@ -66,12 +66,19 @@ def test_notebook_runs_on_a_tiny_result_set(tmp_path, monkeypatch):
 def test_run_writes_the_record_of_a_real_fit(data_dir, tmp_path):
     """``run`` on the smoke config: the record holds what the fit's CSV log holds, and a portable command."""
     experiments.run(str(tmp_path), ["smoke"], seeds=[1], set=[f"data.init_args.data_dir={data_dir}",
-                                                                 "trainer.max_epochs=2"])
+                                                                 "trainer.max_epochs=2", "figures.every_n_epochs=1"])
     (record,) = experiments.load(tmp_path)
     assert record["seed"] == 1 and sorted(record["curves"], key=int) == ["0", "1"]
     csv_rows = experiments.read_curves(next((tmp_path / "runs").glob("*/csv/version_0/metrics.csv")))
     assert record["final"]["val/acc"] == csv_rows[1]["val/acc"] > 0.2
     assert record["command"].startswith("python -m lit_otclust fit --config configs/smoke.yaml --seed_everything 1")
+    # The confusion counts drawn every epoch land in the record by epoch: all 1000 images, and the matched
+    # counts (the diagonal) give the epoch's logged accuracy.
+    assert sorted(record["confusion"], key=int) == ["0", "1"]
+    for epoch, table in record["confusion"].items():
+        counts = np.array(table["counts"])
+        assert counts.shape == (10, 10) and counts.sum() == 1000
+        assert np.trace(counts) / 1000 == pytest.approx(record["curves"][epoch]["val/acc"], abs=1e-6)
     assert "skip" in experiments._run_one(tmp_path, "smoke", {}, {}, 1, 1, False)  # a finished run is not redone
 
 

@@ -20,7 +20,7 @@ from lit_otclust.cli import OTClusterCLI, main, run_tags
 from lit_otclust.data import InMemoryDataset, passthrough
 from lit_otclust.experiments import read_curves
 from lit_otclust.figures import (FIGURE_NAMES, ClusterFigures, batch_plan, display_images, matched_confusion,
-                                 nearest_to_centers, pca_2d)
+                                 nearest_to_centers, pca_2d, read_confusion_csv)
 from lit_otclust.metrics import hungarian_accuracy
 from lit_otclust.models import ConvAutoencoder
 from lit_otclust.system import DeepClustering
@@ -65,8 +65,20 @@ def test_fit_draws_every_figure_to_disk_and_to_an_offline_wandb_run_set_up_by_ep
     # Epoch 0 pre-trains (no Sinkhorn, no plan); epoch 1 is joint OT.
     expected = {f"{name}_{tag}.png" for name in FIGURE_NAMES for tag in ("epoch000", "epoch001", "final")}
     expected -= {"plan_epoch000.png"}
+    expected |= {f"confusion_{tag}.csv" for tag in ("epoch000", "epoch001", "final")}  # the counts behind it
     assert {p.name for p in figures.iterdir()} == expected
-    for path in figures.iterdir():
+    # The CSV is sklearn's confusion matrix of the final assignments, rows in the picture's order (matched
+    # clusters first), so its diagonal is the Hungarian accuracy the run logged.
+    model, fit_set = cli.trainer.lightning_module, cli.datamodule.fit_set
+    table = read_confusion_csv(figures / "confusion_final.csv")
+    pred, y = model.assign(model.embed(fit_set.x)).numpy(), fit_set.y.numpy()
+    reference = confusion_matrix(pred, y, labels=range(10))[:, :10]  # (cluster, class)
+    np.testing.assert_array_equal(np.array(table["counts"]), reference[table["cluster"]])
+    assert sorted(table["cluster"]) == list(range(10))
+    assert [table["matched_class"][i] for i in range(10)] == list(range(10))  # matched to class i on row i
+    acc = np.trace(np.array(table["counts"])) / len(y)
+    assert acc == pytest.approx(float(cli.trainer.callback_metrics["val/acc"]), abs=1e-6)
+    for path in figures.glob("*.png"):
         pixels = matplotlib.image.imread(path)  # (H, W, 4) floats: a PNG that decodes
         assert pixels.ndim == 3 and min(pixels.shape[:2]) >= 300, (path.name, pixels.shape)
         assert pixels[..., :3].std() > 0.05, f"{path.name} is blank"
@@ -75,7 +87,6 @@ def test_fit_draws_every_figure_to_disk_and_to_an_offline_wandb_run_set_up_by_ep
         assert (figures / f"{name}_final.png").read_bytes() == (figures / f"{name}_epoch001.png").read_bytes()
     # The pictures reuse the last evaluation's embeddings (nothing trained since): equal to embedding the samples
     # afresh, in the data set's order; a stale step or a partial set (a DDP shard) embeds afresh instead.
-    model, fit_set = cli.trainer.lightning_module, cli.datamodule.fit_set
     drawer = next(cb for cb in cli.trainer.callbacks if isinstance(cb, ClusterFigures))
     fresh = model.embed(fit_set.x)
     step, index, z = model.eval_embeddings["val"]
