@@ -36,8 +36,9 @@ from torch import Tensor
 from lit_otclust.metrics import hungarian_accuracy
 from lit_otclust.ot import SinkhornResult, sinkhorn, squared_distances
 
-__all__ = ["display_images", "matched_confusion", "confusion_csv", "read_confusion_csv", "nearest_to_centers", "pca_2d", "batch_plan", "gallery_figure",
-           "confusion_figure", "embedding_figure", "sizes_figure", "plan_figure", "save_png", "ClusterFigures"]
+__all__ = ["display_images", "matched_confusion", "confusion_csv", "read_confusion_csv", "nearest_to_centers",
+           "pca_2d", "batch_plan", "gallery_figure", "confusion_figure", "embedding_figure", "sizes_figure",
+           "plan_figure", "save_png", "ClusterFigures"]
 
 FIGURE_NAMES = ("gallery", "confusion", "embedding", "sizes", "plan")
 
