@@ -262,7 +262,8 @@ def test_drawing_renders_colour_images_and_leaves_the_module_as_it_was(tmp_path)
     trainer = L.Trainer(default_root_dir=tmp_path, accelerator="cpu", logger=False, callbacks=[callback],
                         enable_progress_bar=False, enable_model_summary=False)
     trainer.predict(model, datamodule=ImageData())
-    assert {p.name for p in (tmp_path / "figures").iterdir()} == {f"{n}_final.png" for n in FIGURE_NAMES}
+    expected = {f"{n}_final.png" for n in FIGURE_NAMES} | {"confusion_final.csv"}
+    assert {p.name for p in (tmp_path / "figures").iterdir()} == expected
     # Drawn from a module in train mode: embedding switches to eval and back, and writes nothing.
     model.train()
     model.autoencoder.decoder.eval()
