@@ -1,4 +1,4 @@
-"""Run a function in several CPU processes joined by a gloo process group (for tests)."""
+"""Run a function in several processes joined by a process group (for tests): gloo on CPU, NCCL on GPUs."""
 
 from __future__ import annotations
 
@@ -21,10 +21,15 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _worker(rank: int, world_size: int, port: int, results: Any, fn: Callable[..., Any], args: tuple) -> None:
+def _worker(rank: int, world_size: int, port: int, results: Any, fn: Callable[..., Any], args: tuple,
+            backend: str) -> None:
     try:
+        if backend == "nccl":  # one GPU a rank, as DDP places them
+            import torch
+
+            torch.cuda.set_device(rank)
         dist.init_process_group(
-            "gloo",
+            backend,
             init_method=f"tcp://127.0.0.1:{port}",
             rank=rank,
             world_size=world_size,
@@ -40,8 +45,10 @@ def _worker(rank: int, world_size: int, port: int, results: Any, fn: Callable[..
         results.put((rank, False, traceback.format_exc()))
 
 
-def run_in_processes(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 120.0) -> list[Any]:
-    """Call ``fn(rank, world_size, *args)`` in ``world_size`` spawned processes sharing a gloo group.
+def run_in_processes(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float = 120.0,
+                     backend: str = "gloo") -> list[Any]:
+    """Call ``fn(rank, world_size, *args)`` in ``world_size`` spawned processes sharing a ``backend`` group
+    (``"nccl"``: rank r on GPU r, which must exist).
 
     ``fn`` must be importable (defined at module level) and return something picklable;
     plain Python values are safest. Returns the results ordered by rank, or raises
@@ -51,7 +58,8 @@ def run_in_processes(fn: Callable[..., Any], world_size: int, *args: Any, timeou
     results = ctx.Queue()
     port = _free_port()
     processes = [
-        ctx.Process(target=_worker, args=(rank, world_size, port, results, fn, args)) for rank in range(world_size)
+        ctx.Process(target=_worker, args=(rank, world_size, port, results, fn, args, backend))
+        for rank in range(world_size)
     ]
     for process in processes:
         process.start()
