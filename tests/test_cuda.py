@@ -26,7 +26,7 @@ def test_sinkhorn_and_its_gradient_on_the_gpu_equal_the_cpus():
     grads = {}
     for device in ("cpu", "cuda"):
         zd = z.float().to(device).requires_grad_()
-        loss, _ = ot_clustering_loss(zd, centers.float().to(device), b=b.float().to(device), epsilon=0.01)
+        loss, _ = ot_clustering_loss(zd, centers.float().to(device), b.float().to(device), epsilon=0.01)
         loss.backward()
         grads[device] = (loss.item(), zd.grad.cpu())
     assert np.isclose(grads["cuda"][0], grads["cpu"][0], rtol=1e-4)
