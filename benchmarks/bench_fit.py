@@ -1,6 +1,7 @@
 """Whole-process time of ``lit_otclust fit`` against the bare PyTorch loop doing the same work.
 
     python -m benchmarks.bench_fit --data-dir ../shared/data [--dataset mnist] [--epochs 3] [--pairs 3] [FIT OVERRIDES]
+    python -m benchmarks.bench_fit --fit-only --epochs 10 --pairs 1 [FIT OVERRIDES, e.g. --trainer.accelerator gpu]
 
 Runs ``python -m lit_otclust fit --config configs/<dataset>_ot.yaml --trainer.max_epochs E`` (the
 config as a user runs it: CSV and offline W&B logging, a checkpoint every epoch, evaluation on the
@@ -8,6 +9,8 @@ fitted images and the test split every epoch) and ``python -m benchmarks.bare_lo
 ``pairs`` times each, and prints the median wall time and CPU time (user + system, children
 included) of each, their ratios, and the per-step and evaluation times both report. The fit's
 step and evaluation times come from :class:`StepTimer`, added with ``--trainer.callbacks``.
+``--fit-only`` times the fit alone (where the bare loop is no reference, e.g. on a GPU:
+``benchmarks/gpu_check.sh``) and prints what a 200-epoch run of it would take.
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ def main() -> None:
     parser.add_argument("--data-dir", default="../shared/data")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--fit-only", action="store_true", help="time the fit alone, with the 200-epoch estimate")
     # Any other argument is an override for the fit, e.g. --trainer.logger=false.
     args, fit_args = parser.parse_known_args()
     env = {**os.environ, "WANDB_MODE": os.environ.get("WANDB_MODE", "offline"), "WANDB_SILENT": "true"}
@@ -92,12 +96,21 @@ def main() -> None:
                    f"--trainer.callbacks.init_args.path={timer_file}", *fit_args]
             bare = [sys.executable, "-m", "benchmarks.bare_loop", "--dataset", args.dataset, "--epochs",
                     str(args.epochs), "--data-dir", data_dir]
-            for name, cmd in (("fit", fit), ("bare", bare)) if pair % 2 == 0 else (("bare", bare), ("fit", fit)):
+            order = (("fit", fit), ("bare", bare)) if pair % 2 == 0 else (("bare", bare), ("fit", fit))
+            for name, cmd in order[:1] if args.fit_only else order:
                 wall, cpu, out = timed(cmd, env)
                 info = json.loads(timer_file.read_text()) if name == "fit" else json.loads(out.strip().splitlines()[-1])
                 rows[name].append((wall, cpu, info))
                 print(f"pair {pair} {name:4s}: wall {wall:6.1f} s  cpu {cpu:6.1f} s  "
                       f"{info['ms_per_step']:.1f} ms/step  eval {info['eval_s'] / args.epochs:.2f} s/epoch", flush=True)
+    if args.fit_only:
+        for wall, _, info in rows["fit"]:
+            epoch = (info["train_s"] + info["eval_s"]) / args.epochs
+            rest = wall - args.epochs * epoch
+            print(f"fit: {args.epochs} epochs in {wall:.1f} s: {info['ms_per_step']:.2f} ms a step, evaluation "
+                  f"{info['eval_s'] / args.epochs:.2f} s an epoch, {epoch:.2f} s an epoch in all, {rest:.1f} s outside "
+                  f"the epochs; 200 epochs: about {(200 * epoch + rest) / 60:.1f} min")
+        return
     med = {name: {"wall": statistics.median(r[0] for r in rs), "cpu": statistics.median(r[1] for r in rs),
                   "step": statistics.median(r[2]["ms_per_step"] for r in rs),
                   "eval": statistics.median(r[2]["eval_s"] / args.epochs for r in rs),

@@ -332,7 +332,8 @@ class _InMemoryDataModule(L.LightningDataModule):
     """What every data module here shares: samples held as tensors, seeded subsets, the loaders.
 
     A subclass reads its samples in ``setup`` into ``fit_set`` (the samples clustered) and
-    ``heldout_set`` (scored out of sample; None where there is none) and states ``num_classes``
+    ``heldout_set`` (scored out of sample; None where there is none; ``heldout_offset`` where it is
+    ``fit_set``'s tail from that index on) and states ``num_classes``
     and ``input_shape`` as class attributes or in ``__init__``, so LightningCLI's
     ``link_arguments(..., apply_on="instantiate")`` can read them off the instance.
 
@@ -412,6 +413,8 @@ class _InMemoryDataModule(L.LightningDataModule):
         self.on_device = on_device
         self.fit_set: InMemoryDataset | None = None
         self.heldout_set: InMemoryDataset | None = None
+        # Set where the held-out samples are fit_set[heldout_offset:]: evaluation then embeds them once.
+        self.heldout_offset: int | None = None
 
     # --- which samples -------------------------------------------------------------------------
 
@@ -490,8 +493,13 @@ class _InMemoryDataModule(L.LightningDataModule):
         return self._loader(self.fit_set, train=True)
 
     def val_dataloader(self) -> list[DataLoader]:
-        """[fitted samples in order (clustering accuracy), held-out samples in order (if any)]."""
-        if self.fit_set is not None and self.heldout_set is None:
+        """[fitted samples in order (clustering accuracy), held-out samples in order (if any)].
+
+        Where the held-out samples are the tail of the fitted ones (``heldout_offset`` set: fit_split
+        "all" or "test", whole), only the fitted loader: the system scores ``heldout/*`` on the tail of
+        that pass instead of embedding the same images twice (10k of 80k MNIST images an epoch).
+        """
+        if self.fit_set is not None and (self.heldout_set is None or self.heldout_offset is not None):
             return [self._loader(self.fit_set, train=False)]
         return [self._loader(self.fit_set, train=False), self._loader(self.heldout_set, train=False)]
 
@@ -662,6 +670,7 @@ class _ImageDataModule(_InMemoryDataModule):
             self.fit_set = InMemoryDataset(self._to_float(fit_x), fit_y)
             start = len(fit_y) - len(test_y)
             self.heldout_set = InMemoryDataset(self.fit_set.x[start:], self.fit_set.y[start:])
+            self.heldout_offset = start
 
     def _keep_classes(self, images: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
         """The samples of ``classes`` only, relabelled by their position in ``classes`` (all if None)."""

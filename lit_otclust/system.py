@@ -385,10 +385,14 @@ class DeepClustering(L.LightningModule):
 
     # ---- evaluation ---------------------------------------------------------------------------
     _noted_unlabelled = False  # the one-time note that label-based metrics are skipped
+    _heldout_offset: int | None = None  # see on_validation_epoch_start
 
     def on_validation_epoch_start(self) -> None:
         self._eval_sizes = {}
         self._eval_z = {}
+        # Where the held-out set is the fitted set's tail from this index on, its scores come from the fitted
+        # loader's pass (the data module then serves no second loader; ``heldout_offset``).
+        self._heldout_offset = getattr(getattr(self.trainer, "datamodule", None), "heldout_offset", None)
 
     def validation_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         """Assigns by the centers; evaluation only reads them. While pre-training and for the AE + k-means
@@ -396,14 +400,20 @@ class DeepClustering(L.LightningModule):
         embeddings before each evaluation of a ``fit`` (a step of that method, not of the evaluation)."""
         x, y, index = batch
         z = self.embed(x)
-        self._eval_z.setdefault(dataloader_idx, []).append((index, z))
-        name = EVAL_SETS[dataloader_idx]
         pred = {rule: self.assign(z, rule) for rule in ("distance", "potential")}
+        self._score(dataloader_idx, index, z, y, pred)
+        if dataloader_idx == 0 and self._heldout_offset is not None:
+            tail = index >= self._heldout_offset
+            self._score(1, index[tail] - self._heldout_offset, z[tail], y[tail], {r: p[tail] for r, p in pred.items()})
+
+    def _score(self, idx: int, index: Tensor, z: Tensor, y: Tensor, pred: dict[str, Tensor]) -> None:
+        """Accumulate one batch of evaluation set ``idx`` (0: fitted, 1: held-out): metrics, sizes, embeddings."""
+        self._eval_z.setdefault(idx, []).append((index, z))
         labelled = y >= 0  # y = -1: a sample without a label (a user's images), left out of acc/NMI/ARI
         for rule, p in pred.items():
-            self.metrics[f"{name}_{rule}"].update(p[labelled], y[labelled])
+            self.metrics[f"{EVAL_SETS[idx]}_{rule}"].update(p[labelled], y[labelled])
         sizes = torch.bincount(pred[self.hparams.assignment], minlength=len(self.centers))
-        self._eval_sizes[dataloader_idx] = self._eval_sizes.get(dataloader_idx, 0) + sizes
+        self._eval_sizes[idx] = self._eval_sizes.get(idx, 0) + sizes
 
     def _log_metrics(self, name: str, prefix: str, rules: tuple[str, ...] = ("distance", "potential")) -> None:
         """Compute, log as ``prefix/acc`` etc. (``_potential``/``_distance`` for the other rule), reset."""
@@ -423,11 +433,15 @@ class DeepClustering(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         # Every evaluation set the loaders have, not only those this rank saw a batch of: under DDP a
         # rank whose shard of a small set is empty must still join the collectives, or the others hang.
-        for idx in range(len(self.trainer.num_val_batches)):
+        num_sets = 2 if self._heldout_offset is not None else len(self.trainer.num_val_batches)
+        for idx in range(num_sets):
             name = EVAL_SETS[idx]
             sizes = self._eval_sizes.get(idx, torch.zeros(len(self.centers), dtype=torch.long, device=self.device))
+            sizes = self.trainer.strategy.reduce(sizes.float(), reduce_op="sum")
+            if not sizes.sum():  # e.g. limit_val_batches stopped before the fitted set's held-out tail (every rank agrees)
+                continue
             self._log_metrics(name, name)
-            self._log_sizes(name, self.trainer.strategy.reduce(sizes.float(), reduce_op="sum"))
+            self._log_sizes(name, sizes)
         # What this rank embedded, kept for the pictures drawn right after (ClusterFigures), which otherwise embed
         # every sample again: as much as the evaluation itself (12.5 s an epoch on CIFAR-10 on 2 cores,
         # benchmarks/results/bench_fit_cifar10_1ep.txt), every `figures.every_n_epochs` and at the end.

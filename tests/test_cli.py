@@ -166,6 +166,29 @@ def test_run_stopped_by_sigterm_resumes_to_the_uninterrupted_run(data_dir, tmp_p
         assert a[key] == b[key], key
 
 
+@pytest.mark.parametrize("fit_split", ["test", "all"])
+def test_heldout_scored_on_the_fitted_pass_equals_the_test_loop(data_dir, tmp_path, fit_split):
+    """Where the held-out split is the fitted set's tail (fit_split "all" or "test", whole), validation embeds
+    each image once and scores heldout/* on that pass's tail; the test loop embeds the split on its own."""
+    common = ["--data.init_args.fit_split", fit_split, "--data.init_args.subset", "null", "--trainer.logger", "false"]
+    cli = fit(data_dir, tmp_path, *common, "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3")
+    module, data = cli.trainer.lightning_module, cli.datamodule
+    assert len(data.val_dataloader()) == 1 and data.heldout_offset == len(data.fit_set) - len(data.heldout_set)
+    val = cli.trainer.callback_metrics
+    # The figures' copy of the held-out embeddings: the fitted pass's tail, re-indexed from 0.
+    _, index, z = module.eval_embeddings["heldout"]
+    _, val_index, val_z = module.eval_embeddings["val"]
+    assert torch.equal(index, torch.arange(len(data.heldout_set)))
+    torch.testing.assert_close(z, val_z[val_index >= data.heldout_offset], rtol=0, atol=0)
+    test = main(["test", "--config", SMOKE, "--data.data_dir", str(data_dir), "--trainer.default_root_dir",
+                 str(tmp_path), *common, "--ckpt_path", str(tmp_path / "checkpoints" / "last.ckpt")]).trainer.callback_metrics
+    for key in ("acc", "nmi", "ari", "acc_potential"):
+        assert float(test[f"heldout/{key}"]) == pytest.approx(float(val[f"heldout/{key}"]), abs=1e-6), key
+    if fit_split == "test":  # the held-out split is the fitted set itself
+        for key in ("acc", "nmi", "size_min", "size_max"):
+            assert float(val[f"heldout/{key}"]) == float(val[f"val/{key}"]), key
+
+
 def test_validate_test_and_predict_from_a_checkpoint(data_dir, tmp_path):
     fit(data_dir, tmp_path, "--trainer.logger", "false")
     last = str(tmp_path / "checkpoints" / "last.ckpt")

@@ -18,10 +18,13 @@ from test_cli import REPO, SMOKE, epoch_metrics
 
 
 @pytest.mark.distributed
-def test_ddp_fit_evaluates_every_sample_once(data_dir, tmp_path, monkeypatch):
-    # 1001 samples: not divisible by the 2 ranks, so a padding sampler would count one twice.
-    common = ["--config", SMOKE, "--data.data_dir", str(data_dir), "--data.init_args.subset", "1001",
-              "--trainer.default_root_dir", str(tmp_path)]
+@pytest.mark.parametrize("data", [["--data.init_args.subset", "1001"],
+                                  ["--data.init_args.fit_split", "test", "--data.init_args.subset", "null",
+                                   "--trainer.limit_train_batches", "5"]], ids=["subset-1001", "heldout-in-fit"])
+def test_ddp_fit_evaluates_every_sample_once(data_dir, tmp_path, monkeypatch, data):
+    """subset-1001: not divisible by the 2 ranks, so a padding sampler would count one sample twice.
+    heldout-in-fit: the held-out split is the fitted set (fit_split test), scored on each rank's shard of it."""
+    common = ["--config", SMOKE, "--data.data_dir", str(data_dir), *data, "--trainer.default_root_dir", str(tmp_path)]
     env = {**os.environ, "WANDB_MODE": "disabled"}
     cmd = [sys.executable, "-m", "lit_otclust", "fit", *common, "--trainer.strategy", "ddp",
            "--trainer.devices", "2", "--trainer.accelerator", "cpu"]
@@ -33,7 +36,7 @@ def test_ddp_fit_evaluates_every_sample_once(data_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "disabled")
     single = main(["validate", *common, "--trainer.logger", "false",
                    "--ckpt_path", str(tmp_path / "checkpoints" / "last.ckpt")]).trainer.callback_metrics
-    for key in ("val/acc", "val/nmi", "val/ari", "heldout/acc"):
+    for key in ("val/acc", "val/nmi", "val/ari", "heldout/acc", "heldout/size_min", "heldout/size_max"):
         assert float(single[key]) == pytest.approx(logged[key], abs=1e-6), key
     ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
     assert bool(ckpt["state_dict"]["joint_phase"])
