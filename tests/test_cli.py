@@ -20,7 +20,7 @@ import wandb
 from scipy.optimize import linear_sum_assignment
 
 from lit_otclust.callbacks import PhaseSwitch
-from lit_otclust.cli import OTClusterCLI, cores_oversubscribed, main
+from lit_otclust.cli import OTClusterCLI, cores_oversubscribed, main, skip_nvml_check_without_gpus
 from lit_otclust.data import MNISTDataModule
 from lit_otclust.experiments import read_curves
 from lit_otclust.models import MLPAutoencoder
@@ -72,6 +72,25 @@ def test_console_script_exits_zero_after_a_run(data_dir, tmp_path):
 ])
 def test_the_cores_count_as_oversubscribed_when_other_work_and_the_threads_exceed_them(load, cores, threads, busy):
     assert cores_oversubscribed(load, cores, threads) is busy
+
+
+@pytest.mark.skipif(torch.cuda.device_count() > 0, reason="with a GPU the setting stays, by design")
+def test_adam_steps_without_a_gpu_stop_loading_nvml_once_main_has_run(monkeypatch):
+    """Lightning's PYTORCH_NVML_BASED_CUDA_CHECK=1 makes every Adam step load NVML (its CUDA-graph check);
+    where there is no GPU, main() drops the setting and the steps stop asking NVML."""
+    monkeypatch.setenv("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # what `import lightning` sets; restored afterwards
+    calls, real = [], torch.cuda._device_count_nvml
+    monkeypatch.setattr(torch.cuda, "_device_count_nvml", lambda: calls.append(1) or real())  # counts, calls through
+    weight = torch.nn.Parameter(torch.zeros(3))
+    weight.grad = torch.ones(3)
+    opt = torch.optim.Adam([weight], fused=True)
+    opt.step()
+    assert calls, "Adam's step no longer asks NVML: this workaround can go"
+    skip_nvml_check_without_gpus()
+    assert "PYTORCH_NVML_BASED_CUDA_CHECK" not in os.environ
+    calls.clear()
+    opt.step()
+    assert not calls and not torch.cuda.is_available()
 
 
 def test_module_entry_point_fits_logs_and_switches_phase(data_dir, tmp_path):
