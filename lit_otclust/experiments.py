@@ -272,7 +272,8 @@ def _value(record: dict, key: str, epoch: int | None) -> float:
 
 
 def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_b: str | None = None) -> dict[str, float]:
-    """Effect of a over b, paired by seed: mean difference ± its std, paired t-test and Welch p-values.
+    """Effect of a over b, paired by seed: mean difference ± its std, its 95% confidence interval (t), the
+    paired t-test and Welch p-values.
 
     Args:
         a, b: ``DIR:CONFIG[:key=value,...]``, e.g. ``results/study_recipe:mnist_ot:reg_m_start=0.01``.
@@ -283,16 +284,19 @@ def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_
     runs_b = {r["seed"]: _value(r, key_b or key, epoch) for r in _select(b)}
     seeds = sorted(set(runs_a) & set(runs_b))
     diff = np.array([runs_a[s] - runs_b[s] for s in seeds])
+    paired = stats.ttest_rel([runs_a[s] for s in seeds], [runs_b[s] for s in seeds]) if len(seeds) > 1 else None
+    ci = paired.confidence_interval(0.95) if paired is not None else (np.nan, np.nan)
     out = {"n_paired": len(seeds), "mean_a": float(np.mean(list(runs_a.values()))),
            "mean_b": float(np.mean(list(runs_b.values()))), "paired_diff": float(diff.mean()) if len(diff) else np.nan,
            "paired_sd": float(diff.std(ddof=1)) if len(diff) > 1 else np.nan,
-           "paired_p": float(stats.ttest_rel([runs_a[s] for s in seeds], [runs_b[s] for s in seeds]).pvalue)
-           if len(seeds) > 1 else np.nan,
+           "paired_p": float(paired.pvalue) if paired is not None else np.nan,
+           "paired_ci_low": float(ci[0]), "paired_ci_high": float(ci[1]),
            "welch_p": float(stats.ttest_ind(list(runs_a.values()), list(runs_b.values()), equal_var=False).pvalue)
            if min(len(runs_a), len(runs_b)) > 1 else np.nan}
     at = "final" if epoch is None else f"epoch {epoch}"
     print(f"{key}{'' if key_b in (None, key) else ' vs ' + key_b} at {at}: a {out['mean_a']:.3f} ({len(runs_a)} runs), b {out['mean_b']:.3f} ({len(runs_b)} runs); "
-          f"paired over seeds {seeds}: {out['paired_diff']:+.3f} ± {out['paired_sd']:.3f}, p = {out['paired_p']:.3g}; "
+          f"paired over seeds {seeds}: {out['paired_diff']:+.3f} ± {out['paired_sd']:.3f} (95% CI "
+          f"[{out['paired_ci_low']:+.3f}, {out['paired_ci_high']:+.3f}]), p = {out['paired_p']:.3g}; "
           f"Welch p = {out['welch_p']:.3g}")
     return out
 

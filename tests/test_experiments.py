@@ -87,6 +87,9 @@ def test_compare_pairs_runs_by_seed(tmp_path):
     out = experiments.compare(f"{tmp_path}:mnist_ot", f"{tmp_path}:mnist_soft_kmeans")
     assert out["n_paired"] == 3 and out["paired_diff"] == pytest.approx(np.mean([0.10, 0.13, -0.05]))
     assert out["paired_p"] == pytest.approx(stats.ttest_rel([0.80, 0.85, 0.90], [0.70, 0.72, 0.95]).pvalue)
+    # The 95% interval of the mean difference by its textbook formula: mean ± t(0.975, n - 1) sd / sqrt(n).
+    half = stats.t.ppf(0.975, 2) * np.std([0.10, 0.13, -0.05], ddof=1) / np.sqrt(3)
+    assert (out["paired_ci_low"], out["paired_ci_high"]) == pytest.approx((out["paired_diff"] - half, out["paired_diff"] + half))
     at_epoch = experiments.compare(f"{tmp_path}:mnist_ot", f"{tmp_path}:mnist_soft_kmeans", epoch=0)
     assert at_epoch["mean_a"] == pytest.approx(np.mean([0.80, 0.85, 0.90]) / 3)  # the curves' first epoch
     with pytest.raises(ValueError, match="no runs of mnist_ot with settings"):
