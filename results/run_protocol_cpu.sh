@@ -14,16 +14,24 @@ DATA=${DATA:-../shared/data}
 OUT=results/protocol
 RUN="python -m lit_otclust.experiments run --out $OUT --jobs 1 --threads 1"
 SET="data.data_dir=$DATA"
-# The (p) seeds are split over the lanes so that each lane ends near the same time once AE + k-means is done
-# (remaining work counted in epochs on 2026-11-25: lane 1 ~1060, lane 2 ~870, lane 3 ~1000).
-(   $RUN --configs mnist_ot --seeds 0 1 2 3 4 5 6 7 8 9 --set $SET
-    $RUN --configs mnist_ot_p --seeds 0 1 --set $SET
+# Rerunning skips finished runs, so each lane lists everything it owns. Lane plan of 2026-11-25 (second session:
+# a machine restart lost the in-progress checkpoints): the three 200-epoch runs that complete the 10-seed main claim
+# go first, one a lane, then the (p) seeds interleaved OT / soft k-means so that pairs land together
+# (remaining epochs: lane 1 ~1200, lanes 2 and 3 ~950).
+(   $RUN --configs mnist_ot --seeds 0 1 2 3 4 5 6 7 8 --set $SET
+    $RUN --configs mnist_ae_kmeans --seeds 0 1 2 3 4 --set $SET
+    $RUN --configs mnist_ot_p --seeds 0 --set $SET
+    $RUN --configs mnist_soft_kmeans_p --seeds 1 --set $SET
+    $RUN --configs mnist_ot_p --seeds 3 --set $SET
     $RUN --configs mnist_soft_kmeans_p --seeds 4 --set $SET ) &
 (   $RUN --configs mnist_soft_kmeans --seeds 0 1 2 3 4 5 6 7 8 9 --set $SET
-    $RUN --configs mnist_soft_kmeans_p --seeds 0 1 2 --set $SET ) &
-(   $RUN --configs mnist_ae_kmeans --seeds 0 1 2 3 4 --set $SET
-    $RUN --configs mnist_ot_p --seeds 2 3 4 --set $SET
+    $RUN --configs mnist_soft_kmeans_p --seeds 0 --set $SET
+    $RUN --configs mnist_ot_p --seeds 2 --set $SET
     $RUN --configs mnist_soft_kmeans_p --seeds 3 --set $SET ) &
+(   $RUN --configs mnist_ot --seeds 9 --set $SET
+    $RUN --configs mnist_ot_p --seeds 1 --set $SET
+    $RUN --configs mnist_soft_kmeans_p --seeds 2 --set $SET
+    $RUN --configs mnist_ot_p --seeds 4 --set $SET ) &
 wait
 python -m lit_otclust.experiments table --out $OUT
 python -m lit_otclust.experiments figures --out $OUT
