@@ -5,7 +5,9 @@
 Each figure is a fresh interpreter, run alternately ``repeats`` times, median printed:
 
 - imports of the bare loop (torch, torchvision, scipy, sklearn, the model and the OT loss) against
-  those of ``fit`` (the same plus Lightning, the CLI, W&B, matplotlib and the pictures);
+  those of ``fit`` (the same plus Lightning, the CLI, W&B, matplotlib and the pictures), each with
+  the cyclic garbage collector on (as a plain script runs) and off (``gc.disable()`` first, as
+  ``lit_otclust.__main__`` runs them);
 - ``wandb.init`` offline and ``finish`` with everything else already imported, and the seconds of the
   imports W&B makes inside ``init`` (``-X importtime``, modules first imported during the call).
 """
@@ -25,6 +27,7 @@ from benchmarks.bench_fit import REPO
 BARE = "import torch, torchvision, numpy, scipy.optimize, sklearn.cluster, lit_otclust.models, lit_otclust.ot"
 FIT = (BARE + "; import lit_otclust.cli, lit_otclust.figures, lit_otclust.system, lit_otclust.data, "
        "lit_otclust.callbacks, wandb, matplotlib.pyplot")
+OFF = "import gc; gc.disable(); "
 WANDB = FIT + """
 import json, os, sys, time
 os.environ["WANDB_MODE"] = "offline"; os.environ["WANDB_SILENT"] = "true"
@@ -62,10 +65,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    times: dict[str, list[float]] = {"bare imports": [], "fit imports": []}
+    codes = {"bare imports": BARE, "fit imports": FIT, "bare, gc off": OFF + BARE, "fit, gc off": OFF + FIT}
+    times: dict[str, list[float]] = {name: [] for name in codes}
     init, finish, inner = [], [], []
     for r in range(args.repeats):
-        for name, code in (("bare imports", BARE), ("fit imports", FIT))[:: 1 if r % 2 == 0 else -1]:
+        for name, code in list(codes.items())[:: 1 if r % 2 == 0 else -1]:
             times[name].append(wall(code)[0])
         with tempfile.TemporaryDirectory() as tmp:
             _, out, err = wall(WANDB, tmp, importtime=True)
@@ -77,6 +81,11 @@ def main() -> None:
         print(f"{name:13s}: median {statistics.median(values):5.2f} s  ({', '.join(f'{v:.2f}' for v in values)})")
     gap = statistics.median(times["fit imports"]) - statistics.median(times["bare imports"])
     print(f"fit - bare   : {gap:5.2f} s of imports")
+    for side in ("bare", "fit"):
+        saved = statistics.median(times[f"{side} imports"]) - statistics.median(times[f"{side}, gc off"])
+        print(f"gc off saves : {saved:5.2f} s of the {side} imports")
+    gap = statistics.median(times["fit, gc off"]) - statistics.median(times["bare imports"])
+    print(f"fit (gc off) - bare (gc on): {gap:5.2f} s of imports")
     print(f"wandb.init   : median {statistics.median(init):5.2f} s offline (importtime on), finish "
           f"{statistics.median(finish):.2f} s")
     print("  imports W&B makes inside init (last repeat, cumulative s):")

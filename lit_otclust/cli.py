@@ -192,11 +192,13 @@ def console() -> None:
     """The process's entry point (``lit-otclust`` and ``python -m lit_otclust``): :func:`main` without its return
     value, which the script's ``sys.exit(...)`` would print and turn into exit status 1 after a successful run."""
     # Move what the imports built (torch, Lightning, torchmetrics: about a million objects) out of the garbage
-    # collector's reach: the interpreter's shutdown otherwise walks them all, ~2 s of every run's exit on 2 cores
-    # (README "Performance"). Here, not in main(): frozen objects are never collected, so a process that calls
-    # main() repeatedly (the tests) must not freeze the garbage of its earlier runs.
+    # collector's reach: the interpreter's shutdown otherwise walks them all, ~2 s of every run's exit on 2 cores,
+    # and so does every later generation-2 pass (README "Performance"). Here, not in main(): frozen objects are
+    # never collected, so a process that calls main() repeatedly (the tests) must not freeze the garbage of its
+    # earlier runs. The entry module (lit_otclust.__main__) turned the collector off for the imports; back on.
     gc.collect()
     gc.freeze()
+    gc.enable()
     # Registered before the run's own exit handlers (W&B's), so it runs after them.
     atexit.register(silence_finalization)
     quiet_third_party_notices()
