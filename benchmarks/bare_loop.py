@@ -87,9 +87,13 @@ def main() -> None:
     model = MLPAutoencoder() if args.dataset == "mnist" else ConvAutoencoder()
     w = torch.full((k,), 1.0 / k)
 
+    # The data modules' default eval_batch_size (the fastest measured, benchmarks/results/bench_eval_batch.txt),
+    # stated here because lit_otclust.data imports Lightning.
+    chunk = 2_000 if args.dataset == "mnist" else 500
+
     def embed() -> torch.Tensor:
         with torch.no_grad():
-            return torch.cat([model.encoder(xb) for xb in x.split(10_000)])  # (n, p)
+            return torch.cat([model.encoder(xb) for xb in x.split(chunk)])  # (n, p)
 
     km = KMeans(k, n_init=10, random_state=args.seed).fit(embed().double().numpy())
     centers = torch.nn.Parameter(torch.as_tensor(km.cluster_centers_, dtype=torch.float32))

@@ -183,7 +183,8 @@ class PhaseSwitch(L.Callback):
         was_training = pl_module.training
         pl_module.eval()
         x = trainer.datamodule.fit_set.x  # (N, *input_shape): the fitted samples, in memory
-        z = torch.cat([pl_module.embed(xb.to(pl_module.device)) for xb in x.split(10_000)])
+        chunk = getattr(trainer.datamodule, "eval_batch_size", 500)  # the data set's fastest evaluation batch
+        z = torch.cat([pl_module.embed(xb.to(pl_module.device)) for xb in x.split(chunk)])
         pl_module.train(was_training)
         if trainer.is_global_zero:
             K, p = pl_module.centers.shape

@@ -394,7 +394,8 @@ class ClusterFigures(L.Callback):
             index = index.to(z.device)
             if bool(torch.bincount(index, minlength=len(x)).eq(1).all()):  # each sample once (not a DDP shard)
                 return torch.empty_like(z).index_copy_(0, index, z)
-        return torch.cat([pl_module.embed(xb.to(pl_module.device)) for xb in x.split(10_000)])
+        chunk = getattr(pl_module.trainer.datamodule, "eval_batch_size", 500)  # the data set's fastest evaluation batch
+        return torch.cat([pl_module.embed(xb.to(pl_module.device)) for xb in x.split(chunk)])
 
     def _sizes(self, pl_module: L.LightningModule, x: Tensor, num_clusters: int) -> Tensor:
         return torch.bincount(pl_module.assign(self._embed(pl_module, x, "heldout")).cpu(), minlength=num_clusters)

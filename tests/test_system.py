@@ -439,3 +439,26 @@ def test_center_init_uniform_draws_dkm_centers_at_the_switch_whatever_the_embedd
     np.testing.assert_allclose(np.sort(seen.seen[1].numpy(), 0), np.sort(km.cluster_centers_, 0), atol=1e-4)
     with pytest.raises(ValueError, match="center_init"):
         PhaseSwitch(center_init="random")
+
+
+def test_the_scores_do_not_depend_on_the_evaluation_batch_size(data_dir):
+    """The evaluation batch is a speed setting only (its default is the data set's fastest measured,
+    benchmarks/results/bench_eval_batch.txt): the default, an odd size and one batch of everything give the
+    same scores, held-out included."""
+    torch.manual_seed(0)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=10)
+    results = []
+    for size in (None, 37, 10_000):
+        dm = MNISTDataModule(data_dir=str(data_dir), download=False, subset=1000, eval_batch_size=size)
+        assert dm.eval_batch_size == (MNISTDataModule.default_eval_batch_size if size is None else size)
+        dm.setup("validate")
+        with torch.no_grad():  # centers on 10 samples' embeddings, so the clusters are not all one
+            module.centers.copy_(module.embed(dm.fit_set.x[:: len(dm.fit_set) // 10][:10]))
+        trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                            enable_model_summary=False)
+        results.append(trainer.validate(module, datamodule=dm, verbose=False)[0])
+    assert 0.15 < results[0]["val/acc"] < 1.0 and "heldout/acc" in results[0]
+    for other in results[1:]:
+        assert other.keys() == results[0].keys()
+        for key, value in results[0].items():
+            assert other[key] == pytest.approx(value, abs=1e-6), key
