@@ -271,7 +271,17 @@ def _value(record: dict, key: str, epoch: int | None) -> float:
     return curves[str(epoch)][key]
 
 
-def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_b: str | None = None) -> dict[str, float]:
+def paired_power(delta: float, sd: float, n: int, alpha: float = 0.05) -> float:
+    """Power of the two-sided paired t-test at level ``alpha`` to detect a mean difference ``delta`` with ``n``
+    pairs whose differences have standard deviation ``sd``: P(|T| > t_{1 - alpha/2, n - 1}) for T noncentral t
+    with n - 1 degrees of freedom and noncentrality delta sqrt(n) / sd."""
+    df, nc = n - 1, delta * np.sqrt(n) / sd
+    crit = stats.t.ppf(1 - alpha / 2, df)
+    return float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+
+
+def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_b: str | None = None,
+            against: float | None = None) -> dict[str, float]:
     """Effect of a over b, paired by seed: mean difference ± its std, its 95% confidence interval (t), the
     paired t-test and Welch p-values.
 
@@ -279,6 +289,9 @@ def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_
         a, b: ``DIR:CONFIG[:key=value,...]``, e.g. ``results/study_recipe:mnist_ot:reg_m_start=0.01``.
         key: the metric. epoch: compare at this epoch of the curves instead of the last one.
         key_b: b's metric, if not ``key`` (e.g. two assignment rules of the same runs).
+        against: a difference claimed elsewhere (e.g. the paper's +0.041): also the paired t-test of
+            "the mean difference is ``against``" (``against_p``), and the power these pairs had to detect a
+            difference that large at the 5% level, given their spread (``against_power``, :func:`paired_power`).
     """
     runs_a = {r["seed"]: _value(r, key, epoch) for r in _select(a)}
     runs_b = {r["seed"]: _value(r, key_b or key, epoch) for r in _select(b)}
@@ -293,11 +306,18 @@ def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_
            "paired_ci_low": float(ci[0]), "paired_ci_high": float(ci[1]),
            "welch_p": float(stats.ttest_ind(list(runs_a.values()), list(runs_b.values()), equal_var=False).pvalue)
            if min(len(runs_a), len(runs_b)) > 1 else np.nan}
+    if against is not None and len(diff) > 1:
+        out["against"] = against
+        out["against_p"] = float(stats.ttest_1samp(diff, popmean=against).pvalue)
+        out["against_power"] = paired_power(against, out["paired_sd"], len(diff))
     at = "final" if epoch is None else f"epoch {epoch}"
     print(f"{key}{'' if key_b in (None, key) else ' vs ' + key_b} at {at}: a {out['mean_a']:.3f} ({len(runs_a)} runs), b {out['mean_b']:.3f} ({len(runs_b)} runs); "
           f"paired over seeds {seeds}: {out['paired_diff']:+.3f} ± {out['paired_sd']:.3f} (95% CI "
           f"[{out['paired_ci_low']:+.3f}, {out['paired_ci_high']:+.3f}]), p = {out['paired_p']:.3g}; "
           f"Welch p = {out['welch_p']:.3g}")
+    if "against" in out:
+        print(f"against a difference of {against:+.3f}: paired p = {out['against_p']:.3g}; these {len(diff)} pairs had "
+              f"power {out['against_power']:.2f} to detect it at the 5% level")
     return out
 
 
@@ -421,6 +441,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--key", default="val/acc")
     p.add_argument("--epoch", type=int, default=None)
     p.add_argument("--key_b", default=None)
+    p.add_argument("--against", type=float, default=None, help="a claimed difference to test (e.g. the paper's)")
     args = vars(parser.parse_args(argv))
     {"run": run, "table": table, "figures": figures, "compare": compare}[args.pop("command")](**args)
 

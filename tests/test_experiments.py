@@ -94,6 +94,26 @@ def test_compare_pairs_runs_by_seed(tmp_path):
     assert at_epoch["mean_a"] == pytest.approx(np.mean([0.80, 0.85, 0.90]) / 3)  # the curves' first epoch
     with pytest.raises(ValueError, match="no runs of mnist_ot with settings"):
         experiments.compare(f"{tmp_path}:mnist_ot:epsilon=1", f"{tmp_path}:mnist_ot")
+    # A claimed difference: against 0 it is the paired test above (ttest_rel against ttest_1samp of the differences);
+    # against the observed mean it cannot be rejected.
+    assert experiments.compare(f"{tmp_path}:mnist_ot", f"{tmp_path}:mnist_soft_kmeans", against=0.0)["against_p"] \
+        == pytest.approx(out["paired_p"])
+    assert experiments.compare(f"{tmp_path}:mnist_ot", f"{tmp_path}:mnist_soft_kmeans",
+                               against=out["paired_diff"])["against_p"] == pytest.approx(1.0)
+
+
+def test_the_power_of_the_paired_test_matches_its_limits_and_a_simulation():
+    """paired_power: the test's level when there is no difference; the normal approximation
+    Phi(d sqrt(n) / sd - z) + Phi(-d sqrt(n) / sd - z) with many pairs; and, with few pairs, the rejection rate of
+    scipy's ttest_1samp on simulated normal differences (20,000 draws, ± 0.01)."""
+    assert experiments.paired_power(0.0, 0.04, 10) == pytest.approx(0.05)
+    z, nc = stats.norm.ppf(0.975), 0.01 * np.sqrt(400) / 0.05
+    assert experiments.paired_power(0.01, 0.05, 400) == pytest.approx(stats.norm.cdf(nc - z) + stats.norm.cdf(-nc - z),
+                                                                      abs=2e-3)
+    rng = np.random.default_rng(0)
+    draws = rng.normal(0.041, 0.038, size=(20_000, 10))
+    rate = np.mean(stats.ttest_1samp(draws, 0.0, axis=1).pvalue < 0.05)
+    assert experiments.paired_power(0.041, 0.038, 10) == pytest.approx(rate, abs=0.01)
 
 
 def test_a_resumed_runs_seconds_count_every_attempt_up_to_its_last_checkpoint(tmp_path):
