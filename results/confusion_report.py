@@ -11,6 +11,7 @@ b that accuracy counts as wrong because they share a's cluster.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections import defaultdict
 
 import numpy as np
@@ -44,7 +45,7 @@ def main() -> None:
     for record in load(args.out):
         if record.get("confusion") and not record["grid"] and record["method"] in args.methods:
             runs[record["seed"]][record["method"]] = record
-    print(f"Output of `python results/confusion_report.py --out {args.out}`: for each class b with at least "
+    print(f"Output of `python results/confusion_report.py {' '.join(sys.argv[1:])}`: for each class b with at least "
           f"{args.share:.0%} of its images in the cluster matched to another class a, `b>a share` "
           "(`-`: a cluster matched to no class). Accuracy is the Hungarian accuracy of the same counts.\n")
     print("| seed | method | " + " | ".join(f"epoch {e}" for e in args.epochs) + " |")
