@@ -15,7 +15,7 @@ from torch import Tensor
 from lit_otclust.matching import labelled_examples, match_labels, match_sizes
 from lit_otclust.metrics import hungarian_accuracy
 from lit_otclust.ot import squared_distances
-from lit_otclust.system import kmeans
+from lit_otclust.system import embed_samples, kmeans
 
 MATCHINGS = ("none", "sizes", "labels")
 
@@ -183,8 +183,7 @@ class PhaseSwitch(L.Callback):
         was_training = pl_module.training
         pl_module.eval()
         x = trainer.datamodule.fit_set.x  # (N, *input_shape): the fitted samples, in memory
-        chunk = getattr(trainer.datamodule, "eval_batch_size", 500)  # the data set's fastest evaluation batch
-        z = torch.cat([pl_module.embed(xb.to(pl_module.device)) for xb in x.split(chunk)])
+        z = embed_samples(pl_module, x, trainer.datamodule)
         pl_module.train(was_training)
         if trainer.is_global_zero:
             K, p = pl_module.centers.shape

@@ -328,6 +328,9 @@ def random_indices(num_samples: int, size: int, seed: int) -> Tensor:
     return torch.sort(torch.randperm(num_samples, generator=generator)[:size]).values
 
 
+DEFAULT_EVAL_BATCH_SIZE = 500  # evaluation batches of a data set of unknown shape (see _InMemoryDataModule)
+
+
 class _InMemoryDataModule(L.LightningDataModule):
     """What every data module here shares: samples held as tensors, seeded subsets, the loaders.
 
@@ -380,7 +383,7 @@ class _InMemoryDataModule(L.LightningDataModule):
     # of 500 and 3.5 s of 250; MNIST's (70k, the MLP) 0.70 s of 10,000, 0.58 s of 2,000, 0.66 s of 500 (1 thread:
     # 1.10, 0.87, 0.97 s) (python -m benchmarks.bench_eval_batch, benchmarks/results/bench_eval_batch.txt).
     # 500 for images of unknown shape; MNISTDataModule takes 2,000.
-    default_eval_batch_size = 500
+    default_eval_batch_size = DEFAULT_EVAL_BATCH_SIZE
 
     def __init__(
         self,

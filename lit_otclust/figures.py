@@ -35,6 +35,7 @@ from torch import Tensor
 
 from lit_otclust.metrics import hungarian_accuracy
 from lit_otclust.ot import SinkhornResult, sinkhorn, squared_distances
+from lit_otclust.system import embed_samples
 
 __all__ = ["display_images", "matched_confusion", "confusion_csv", "read_confusion_csv", "nearest_to_centers",
            "pca_2d", "batch_plan", "gallery_figure", "confusion_figure", "embedding_figure", "sizes_figure",
@@ -394,8 +395,7 @@ class ClusterFigures(L.Callback):
             index = index.to(z.device)
             if bool(torch.bincount(index, minlength=len(x)).eq(1).all()):  # each sample once (not a DDP shard)
                 return torch.empty_like(z).index_copy_(0, index, z)
-        chunk = getattr(pl_module.trainer.datamodule, "eval_batch_size", 500)  # the data set's fastest evaluation batch
-        return torch.cat([pl_module.embed(xb.to(pl_module.device)) for xb in x.split(chunk)])
+        return embed_samples(pl_module, x, pl_module.trainer.datamodule)
 
     def _sizes(self, pl_module: L.LightningModule, x: Tensor, num_clusters: int) -> Tensor:
         return torch.bincount(pl_module.assign(self._embed(pl_module, x, "heldout")).cpu(), minlength=num_clusters)

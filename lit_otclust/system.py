@@ -25,12 +25,22 @@ from lightning.pytorch.utilities import rank_zero_info
 from sklearn.cluster import KMeans
 from torch import Tensor, nn
 
+from lit_otclust.data import DEFAULT_EVAL_BATCH_SIZE
 from lit_otclust.metrics import HungarianAccuracy
 from lit_otclust.ot import NonFiniteCostError, ot_clustering_loss, soft_kmeans_loss, squared_distances
 
 Clustering = Literal["ot", "soft_kmeans", "none"]
 EVAL_SETS = ("val", "heldout")  # dataloader 0: the fitted samples; 1: the held-out test split
 BALANCED_TAU = 1e4  # reg_m annealing towards balanced ends at tau = BALANCED_TAU * epsilon
+
+
+@torch.no_grad()
+def embed_samples(module: L.LightningModule, x: Tensor, datamodule: object) -> Tensor:
+    """(N, p) embeddings ``module.embed(x)`` of in-memory samples x (N, *input_shape), on the module's device, in
+    the data module's evaluation batches (``eval_batch_size``, the data set's fastest; a data module without one:
+    ``DEFAULT_EVAL_BATCH_SIZE``). The k-means init and the pictures embed every fitted sample this way."""
+    chunk = getattr(datamodule, "eval_batch_size", DEFAULT_EVAL_BATCH_SIZE)
+    return torch.cat([module.embed(xb.to(module.device)) for xb in x.split(chunk)])
 
 
 def kmeans(z: Tensor, num_clusters: int, n_init: int, seed: int) -> Tensor:
