@@ -4,7 +4,7 @@
 # 0-2 among them), so this script runs the other three values into the same folder, 4 methods x 3 values x 3 seeds =
 # 36 runs. Three lanes, one epsilon each (disjoint runs), 12 runs a lane, seed-major so that each seed's four methods
 # land together; measured 2026-11-25 with three lanes: ~55-60 min a 200-epoch run, so ~12 h of the machine, after
-# the protocol. Resumable like the others. Then:
+# the protocol. Resumable like the others. EPS="0.1" runs one lane (results/run_queue_cpu.sh starts them apart). Then:
 #   python -m lit_otclust.experiments figures --out results/protocol --grid_key model.epsilon --grid_default 0.01
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +13,7 @@ OUT=results/protocol
 RUN="python -m lit_otclust.experiments run --out $OUT --jobs 1 --threads 1 --seeds 0 1 2"
 CONFIGS="mnist_ot mnist_soft_kmeans mnist_ot_p mnist_soft_kmeans_p"
 SET="data.data_dir=$DATA"
-for eps in 0.001 0.1 1; do
+for eps in ${EPS:-0.001 0.1 1}; do
     $RUN --configs $CONFIGS --grid model.epsilon=$eps --set $SET &
 done
 wait
