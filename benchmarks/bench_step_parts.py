@@ -1,0 +1,90 @@
+"""What the system's training step computes beyond the bare loop's, part by part, interleaved in one process.
+
+    python -m benchmarks.bench_step_parts --data-dir ../shared/data [--blocks 30] [--threads 1]
+
+``bench_step`` splits a ``fit`` step into Lightning's loop (fit / by hand) and the system's own work (by hand /
+bare). This splits the second part. From one state (an untrained MLP autoencoder, k-means centers of 5,000
+embeddings), three copies train on the same batches of full MNIST, ``--blocks`` blocks of 20 steps each, in
+alternating order:
+
+- bare: ``benchmarks.bare_loop.train_steps`` (the model, centers and a fused Adam, no Lightning);
+- by hand: ``DeepClustering.training_step``, backward, ``on_before_optimizer_step`` (the finite-gradient check
+  before Adam's step) and the step, as ``bench_step`` runs it;
+- by hand, no gradient check: the same without ``on_before_optimizer_step``.
+
+So "by hand" minus "no gradient check" is the check's cost, and "no gradient check" over "bare" is what the step
+computes for its logs (assignments, train/acc, the plan's statistics, the running potential, the loss's finite
+check). Printed: the median ms a step and the median of the blocks' ratios to bare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+
+import torch
+
+from benchmarks.bare_loop import train_steps
+from lit_otclust.data import MNISTDataModule
+from lit_otclust.models import MLPAutoencoder
+from lit_otclust.system import DeepClustering, kmeans
+
+BLOCK, BATCH = 20, 300
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data-dir", default="../shared/data")
+    parser.add_argument("--blocks", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    dm = MNISTDataModule(data_dir=args.data_dir, download=False)
+    dm.setup("fit")
+    x, y = dm.fit_set.x, dm.fit_set.y
+    torch.manual_seed(0)
+    system = DeepClustering(MLPAutoencoder(), clustering="ot", clustering_weight=1 / 300)
+    system.centers.data.copy_(kmeans(system.embed(x[:5000]), 10, n_init=1, seed=0))
+    system.joint = True
+
+    def by_hand(check: bool):
+        module = copy.deepcopy(system)
+        opt = module.configure_optimizers()["optimizer"]
+        module.on_train_epoch_start()
+
+        def run(batches: list[torch.Tensor]) -> None:
+            for i, idx in enumerate(batches):
+                loss = module.training_step((x[idx], y[idx], idx), i)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if check:
+                    module.on_before_optimizer_step(opt)
+                opt.step()
+        return run
+
+    model, centers = copy.deepcopy(system.autoencoder), torch.nn.Parameter(system.centers.detach().clone())
+    bare_opt = torch.optim.Adam([*model.parameters(), centers], lr=system.hparams.lr, fused=True)
+    g = [None]
+
+    def bare(batches: list[torch.Tensor]) -> None:
+        g[0], _ = train_steps(model, centers, bare_opt, x, batches, system.proportions, 1 / 300, g[0])
+
+    variants = {"bare": bare, "by hand": by_hand(True), "by hand, no gradient check": by_hand(False)}
+    ms: dict[str, list[float]] = {name: [] for name in variants}
+    generator = torch.Generator().manual_seed(0)
+    for block in range(args.blocks):
+        batches = list(torch.randperm(len(x), generator=generator)[: BLOCK * BATCH].split(BATCH))
+        for name in (list(variants) if block % 2 == 0 else list(reversed(variants))):
+            start = time.perf_counter()
+            variants[name](batches)
+            ms[name].append((time.perf_counter() - start) / BLOCK * 1e3)
+    print(f"mnist, {args.blocks} blocks of {BLOCK} steps, threads {args.threads}")
+    for name, times in ms.items():
+        ratio = statistics.median(a / b for a, b in zip(times, ms["bare"]))
+        print(f"  {name:27s} {statistics.median(times):6.2f} ms a step   {ratio:.3f}x bare (median of the blocks' ratios)")
+
+
+if __name__ == "__main__":
+    main()
