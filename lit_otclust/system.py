@@ -337,8 +337,9 @@ class DeepClustering(L.LightningModule):
             "stopped; the last checkpoint written holds the last good state. Lower model.lr, raise model.epsilon, "
             "or check the input data for NaN/inf.")
 
-    def on_before_optimizer_step(self, optimizer) -> None:
-        grads = [p.grad for p in self.parameters() if p.grad is not None]
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        # The tensors this step writes: the optimizer's own list, not a walk of the module tree every step.
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         # A NaN or inf anywhere makes its tensor's sum non-finite: one read of the gradients and one host sync.
         # Only then the exact check, element by element (huge finite gradients can overflow a sum, not it).
         if grads and not torch.isfinite(torch.stack([g.sum() for g in grads]).sum()):

@@ -287,13 +287,17 @@ def test_a_non_finite_gradient_stops_the_step_and_names_the_parameter(bad):
     it must stop before the step writes it into the weights, naming the parameter. Finite gradients pass,
     large ones included (a sum of squares overflows float32 from 1e19, a plain sum from 3e38)."""
     module = DeepClustering(MLPAutoencoder(latent_dim=2), num_clusters=3)
+    optimizer = module.configure_optimizers()["optimizer"]
     for big in (1e20, 3e38):
         for p in module.parameters():
             p.grad = torch.full_like(p, big)
-        module.on_before_optimizer_step(None)  # finite: nothing raised
-    module.centers.grad[1, 0] = bad
-    with pytest.raises(FloatingPointError, match=r"gradient of centers is not finite"):
-        module.on_before_optimizer_step(None)
+        module.on_before_optimizer_step(optimizer)  # finite: nothing raised
+    for name, p in module.named_parameters():  # every tensor the optimizer writes is checked, centers to decoder
+        saved = p.grad.clone()
+        p.grad.view(-1)[-1] = bad
+        with pytest.raises(FloatingPointError, match=rf"gradient of {name} is not finite"):
+            module.on_before_optimizer_step(optimizer)
+        p.grad = saved
 
 
 def _tiny_fit(data_dir, module, switch, **trainer_kwargs):
