@@ -4,7 +4,7 @@
 
 ``bench_step`` splits a ``fit`` step into Lightning's loop (fit / by hand) and the system's own work (by hand /
 bare). This splits the second part. From one state (an untrained MLP autoencoder, k-means centers of 5,000
-embeddings), three copies train on the same batches of full MNIST, ``--blocks`` blocks of 20 steps each, in
+embeddings), four copies train on the same batches of full MNIST, ``--blocks`` blocks of 20 steps each, in
 alternating order:
 
 - bare: ``benchmarks.bare_loop.train_steps`` (the model, centers and a fused Adam, no Lightning);
@@ -14,8 +14,8 @@ alternating order:
 - the loss alone: the module's autoencoder, centers and optimizer (two parameter groups), with a step that
   computes only the bare loop's loss: a control that the module and its optimizer cost nothing by themselves.
 
-So "by hand" minus "no gradient check" is the check's cost, and "no gradient check" over "bare" is what the step
-computes for its logs (assignments, train/acc, the plan's statistics, the running potential, the loss's finite
+So "by hand" minus "no gradient check" is the check's cost, and "no gradient check" over "the loss alone" is what
+the step computes for its logs (assignments, train/acc, the plan's statistics, the running potential, the loss's finite
 check). Printed: the median ms a step, the median of the blocks' ratios to bare, and the mean Sinkhorn
 iterations a step (the copies train apart by rounding, and a step's cost follows its iterations).
 """
