@@ -16,8 +16,9 @@ alternating order:
 
 So "by hand" minus "no gradient check" is the check's cost, and "no gradient check" over "the loss alone" is what
 the step computes for its logs (assignments, train/acc, the plan's statistics, the running potential, the loss's finite
-check). Printed: the median ms a step, the median of the blocks' ratios to bare, and the mean Sinkhorn
-iterations a step (the copies train apart by rounding, and a step's cost follows its iterations).
+check). Printed: the median ms a step, the median of the blocks' ratios to bare, the mean Sinkhorn
+iterations a step (the copies train apart by rounding, and a step's cost follows its iterations), and the
+ATen operators a step of each copy dispatches (``torch.profiler``, one more block after the timing).
 """
 
 from __future__ import annotations
@@ -104,11 +105,17 @@ def main() -> None:
             start = time.perf_counter()
             iters[name] += variants[name](batches)
             ms[name].append((time.perf_counter() - start) / BLOCK * 1e3)
+    batches = list(torch.randperm(len(x), generator=generator)[: BLOCK * BATCH].split(BATCH))
+    ops = {}
+    for name, run in variants.items():
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            run(batches)
+        ops[name] = sum(e.name.startswith("aten::") for e in prof.events()) / BLOCK
     print(f"mnist, {args.blocks} blocks of {BLOCK} steps, threads {args.threads}")
     for name, times in ms.items():
         ratio = statistics.median(a / b for a, b in zip(times, ms["bare"]))
         print(f"  {name:27s} {statistics.median(times):6.2f} ms a step   {ratio:.3f}x bare (median of the blocks' ratios)"
-              f"   {iters[name] / (args.blocks * BLOCK):.1f} Sinkhorn iterations a step")
+              f"   {iters[name] / (args.blocks * BLOCK):.1f} Sinkhorn iterations a step   {ops[name]:.0f} ATen ops a step")
 
 
 if __name__ == "__main__":
