@@ -357,15 +357,24 @@ def _save(fig, ax, path: Path) -> str:
 
 def _grid_points(records: list[dict], dataset: str, key: str, grid_key: str,
                  grid_default: float | None) -> dict[str, dict[float, list[float]]]:
-    """Final ``key`` per method and value of ``grid_key``; runs without that key in their grid count at
-    ``grid_default`` (the config's own value, e.g. the protocol's epsilon), or not at all if it is None."""
+    """Final ``key`` per method and value of ``grid_key``. Runs without that key in their grid count at
+    ``grid_default`` (the config's own value, e.g. the protocol's epsilon), or not at all if it is None; and only
+    for a method with runs on the grid, with the seeds those runs have, so every point of a curve averages the
+    same seeds (a protocol folder holds more seeds at the config's own value than its sweep runs elsewhere)."""
+    mine = [r for r in records if r["dataset"] == dataset and key in r["final"]]
+    swept: dict[str, set[int]] = defaultdict(set)
+    for r in mine:
+        if grid_key in r["grid"]:
+            swept[r["method"]].add(r["seed"])
     by: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for r in records:
-        if r["dataset"] != dataset or key not in r["final"]:
+    for r in mine:
+        if grid_key in r["grid"]:
+            value = r["grid"][grid_key]
+        elif grid_default is not None and r["seed"] in swept.get(r["method"], ()):
+            value = grid_default
+        else:
             continue
-        value = r["grid"].get(grid_key, grid_default)
-        if value is not None:
-            by[r["method"]][float(value)].append(r["final"][key])
+        by[r["method"]][float(value)].append(r["final"][key])
     return by
 
 
@@ -373,7 +382,8 @@ def figures(out: str, key: str = "val/acc", grid_key: str | None = None,
             grid_default: float | None = None) -> list[str]:
     """PNGs: accuracy vs epoch per method (mean over seeds, band = ± std) of the runs without
     ``grid_key`` in their grid, and, if ``grid_key`` is given (e.g. ``model.epsilon``), final accuracy
-    vs that setting per method (Figure 2 style), the other runs at ``grid_default`` if given.
+    vs that setting per method (Figure 2 style, mean ± std over seeds), the other runs at ``grid_default`` if
+    given (see :func:`_grid_points`: the seeds of each point match).
     """
     import matplotlib
 
@@ -405,8 +415,10 @@ def figures(out: str, key: str = "val/acc", grid_key: str | None = None,
             fig, ax = plt.subplots(figsize=(6, 4))
             for method, points in sorted(by.items()):
                 xs = sorted(points)
+                runs = sorted({len(points[x]) for x in xs})  # while a sweep lands, points can differ
+                count = f"{runs[0]}" if len(runs) == 1 else f"{runs[0]}-{runs[-1]}"
                 ax.errorbar(xs, [np.mean(points[x]) for x in xs], yerr=[np.std(points[x]) for x in xs],
-                            marker="o", capsize=3, label=method)
+                            marker="o", capsize=3, label=f"{method} ({count} run{'s' if count != '1' else ''} a point)")
             ax.set(xscale="log", xlabel=grid_key, ylabel=f"final {key}", title=f"{ds}: final {key} vs {grid_key}")
             written.append(_save(fig, ax, Path(out) / f"figure2_{ds}.png"))
     print("\n".join(written))

@@ -2,7 +2,8 @@
 
     python results/proxy_check.py [--records results/long_lambda] [--at 39] [--proxy results/study_recipe] > results/proxy_check.txt
 
-For every from-scratch run in ``--records`` (the (p) runs are left out: their epoch 40 is pre-training), the
+For every from-scratch run in ``--records`` with the config's own settings (the (p) runs are left out, their epoch
+40 being pre-training, and so are a sweep's runs with grid settings, e.g. Figure 2's other epsilons), the
 val/acc after epoch ``--at`` (0-based, so 39 = the proxy's last epoch) and at the run's last epoch; the
 Spearman rank correlation over runs (scipy); per method, the means at both epochs; and by seed, OT minus
 soft k-means at both, the comparison the recipe study makes on the proxy. With ``--proxy``, the same config
@@ -28,7 +29,7 @@ def main() -> None:
     parser.add_argument("--proxy", default="results/study_recipe")
     args = parser.parse_args()
     runs = [json.loads(p.read_text()) for p in sorted(Path(args.records).glob("*.json"))]
-    runs = [r for r in runs if not r["config"].endswith("_p") and str(args.at) in r["curves"]]
+    runs = [r for r in runs if not r["config"].endswith("_p") and not r.get("grid") and str(args.at) in r["curves"]]
     rows = []
     for r in runs:
         last = max(r["curves"], key=int)

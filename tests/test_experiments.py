@@ -145,8 +145,30 @@ def test_figure2_points_put_runs_without_the_grid_key_at_the_configs_value(tmp_p
     points = experiments._grid_points(records, "mnist", "val/acc", "model.epsilon", 0.01)
     assert {k: sorted(v) for k, v in points["ot"].items()} == {0.01: pytest.approx([0.8, 0.9]), 1.0: [0.3, 0.5]}
     assert dict(experiments._grid_points(records, "mnist", "val/acc", "model.epsilon", None)["ot"]) == {1.0: [0.3, 0.5]}
+    # Seeds and methods the sweep has not run stay off the figure: every point of a curve averages the same seeds.
+    write_runs(tmp_path, {"ot": [0.8, 0.9, 0.1], "ae_kmeans": [0.7]})
+    points = experiments._grid_points(experiments.load(str(tmp_path)), "mnist", "val/acc", "model.epsilon", 0.01)
+    assert set(points) == {"ot"} and {k: sorted(v) for k, v in points["ot"].items()} == {
+        0.01: pytest.approx([0.8, 0.9]), 1.0: [0.3, 0.5]}
     written = experiments.figures(str(tmp_path), grid_key="model.epsilon", grid_default=0.01)
     assert [Path(p).name for p in written] == ["figure1_mnist.png", "figure2_mnist.png"]
+
+
+def test_the_proxy_check_leaves_out_grid_runs(tmp_path):
+    """results/proxy_check.py compares runs of the configs' own settings: Figure 2's runs at other epsilons, in the
+    same folder, must not enter its table, its Spearman correlation or its method means (they did once)."""
+    import subprocess
+    import sys
+
+    write_runs(tmp_path, {"ot": [0.8, 0.7, 0.9], "soft_kmeans": [0.75, 0.8, 0.7]})
+    for seed in range(3):
+        record = json.loads((tmp_path / f"mnist_ot__seed={seed}.json").read_text())
+        record.update(name=f"mnist_ot__epsilon=1__seed={seed}", grid={"model.epsilon": "1"})
+        (tmp_path / f"{record['name']}.json").write_text(json.dumps(record))
+    out = subprocess.run([sys.executable, str(REPO / "results" / "proxy_check.py"), "--records", str(tmp_path),
+                          "--at", "1", "--proxy", ""], capture_output=True, text=True, check=True).stdout
+    assert out.count("| mnist_ot | ") == 3 + 1  # a row per seed, and the method's means
+    assert "over the 6 runs" in out
 
 
 def test_a_records_commit_is_dirty_for_code_changes_not_for_results(tmp_path, monkeypatch):
