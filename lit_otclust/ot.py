@@ -41,6 +41,11 @@ _MAX_LOG_STEP = {torch.float32: 10.0, torch.float64: 30.0}
 _EXP_FLOOR = {torch.float32: -80.0, torch.float64: -300.0}
 # Column or row masses below this are too close to underflow to take their log safely.
 _TINY = {torch.float32: 1e-30, torch.float64: 1e-250}
+# The semi-dual F is a sum of n + K products computed in the working precision: near the optimum a Newton step
+# changes it by less than its rounding, relatively ~1e-7 * n in float32. Within this much (relative), F counts as
+# level, and a step that lowers the marginal error is progress. 1e-13 alone made float32 solves reject every step
+# on rounding noise and stall (hypothesis found n = K = 2, eps = 1.6: error 6e-5 after 1000 steps).
+_F_ROUNDING = {torch.float32: 1e-5, torch.float64: 1e-13}
 
 
 class NonFiniteCostError(ValueError):
@@ -263,7 +268,7 @@ def _newton(cost, a, b, g, eps, max_steps, tol, reg_m, group):
                 new_err = trial[3].detach().abs().sum().item()
                 # Near the optimum F changes below its rounding, so a drop of the marginal error with F
                 # level (up to rounding) also counts as progress.
-                rounding = 1e-13 * (1.0 + abs(value))
+                rounding = _F_ROUNDING[cost.dtype] * (1.0 + abs(value))
                 if trial[4] >= value + 1e-4 * slope or (new_err < err and trial[4] >= value - rounding):
                     f, plan, g, grad, value = trial
                     # Relax by 3, not by the 10 it grows by: late in training (plans nearly hard) /10 undershot

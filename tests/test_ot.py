@@ -9,7 +9,7 @@ import numpy as np
 import ot as pot
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from lit_otclust.ot import ot_clustering_loss, sinkhorn, sinkhorn_algorithm1, soft_kmeans_loss, squared_distances
@@ -115,6 +115,9 @@ def test_transport_cost_tends_to_emd():
     seed=st.integers(0, 10_000),
     scaling=st.booleans(),
 )
+# Found by hypothesis in a CI run: float32 Newton steps judged on float64's rounding of F all failed, and the solve
+# stalled at a column error of 6e-5.
+@example(log_eps=0.20599084131791479, log_scale=0.0, n=2, k=2, seed=0, scaling=False)
 def test_plan_is_finite_with_marginals_within_tol_in_float32(log_eps, log_scale, n, k, seed, scaling):
     z, centers, a, b = _problem(n, k, seed, dtype=torch.float32)
     cost = squared_distances(z, centers) * 10.0**log_scale
