@@ -650,10 +650,13 @@ class _ImageDataModule(_InMemoryDataModule):
         for train in (True, False):
             try:
                 self._torchvision_dataset(train, download=True)  # a no-op when the files are already there
-            except OSError as error:  # URLError included: no internet
+            # torchvision turns a failed download (no internet: URLError) into a RuntimeError of its own.
+            except (OSError, RuntimeError) as error:
                 raise RuntimeError(
-                    f"could not download {self.name} into {self.data_dir}: {error}. Without internet, put the files "
-                    f"{', '.join(self.files)} in {self.data_dir / self.folder} and set download=False."
+                    f"could not download {self.name} into data_dir {self.data_dir}: {error}. Without internet, set "
+                    f"data_dir to a folder that holds {', '.join(f'{self.folder}/{name}' for name in self.files)} "
+                    f"(on these machines ../shared/data; on the command line --data.data_dir), or put the files "
+                    f"there; download=False (--data.download false) then never tries the network."
                 ) from error
 
     def setup(self, stage: str | None = None) -> None:

@@ -316,6 +316,18 @@ def test_missing_files_name_folder_files_and_remedy(module_class, expected: str,
     assert "set data_dir" in text.lower() and "download=True" in text
 
 
+def test_a_failed_download_names_data_dir_and_the_remedy(tmp_path: Path, monkeypatch) -> None:
+    """A real download attempt that fails (its mirror a closed local port, so the same with or without internet)
+    ends in our error, which names data_dir, the files it needs and the command-line settings, not torchvision's
+    bare "Error downloading" alone (which this machine's users met with no network and no --data.data_dir)."""
+    monkeypatch.setattr(torchvision.datasets.MNIST, "mirrors", ["http://127.0.0.1:9/"])
+    with pytest.raises(RuntimeError) as error:
+        MNISTDataModule(str(tmp_path)).prepare_data()
+    text = str(error.value)
+    assert f"could not download MNIST into data_dir {tmp_path}" in text and "Error downloading" in text
+    assert "MNIST/raw/train-images-idx3-ubyte" in text and "--data.data_dir" in text and "--data.download false" in text
+
+
 def test_prepare_data_with_files_present_needs_no_network(data_dir: Path) -> None:
     # download=True (the default) must not try the network when the files are already there: it neither
     # fails (there is no network here) nor writes anything into the folder.
