@@ -632,6 +632,10 @@ class _ImageDataModule(_InMemoryDataModule):
     def _torchvision_dataset(self, train: bool, download: bool):
         raise NotImplementedError
 
+    def _expected_paths(self) -> str:
+        """The files a data_dir must hold, relative to it, for the error messages."""
+        return ", ".join(f"{self.folder}/{name}" for name in self.files)
+
     def _check_files(self) -> None:
         folder = self.data_dir / self.folder
         missing = [name for name in self.files if not (folder / name).is_file()]
@@ -639,7 +643,7 @@ class _ImageDataModule(_InMemoryDataModule):
             how = "call prepare_data() first (the Trainer does) to download them" if self.download else "or set download=True (needs internet)"
             raise FileNotFoundError(
                 f"{self.name} files not found in {folder}: missing {', '.join(missing)}. "
-                f"Expected {', '.join(f'{self.folder}/{name}' for name in self.files)} under data_dir. "
+                f"Expected {self._expected_paths()} under data_dir. "
                 f"Set data_dir to the folder that holds {self.folder.split('/')[0]}/ (on these machines ../shared/data), {how}."
             )
 
@@ -654,7 +658,7 @@ class _ImageDataModule(_InMemoryDataModule):
             except (OSError, RuntimeError) as error:
                 raise RuntimeError(
                     f"could not download {self.name} into data_dir {self.data_dir}: {error}. Without internet, set "
-                    f"data_dir to a folder that holds {', '.join(f'{self.folder}/{name}' for name in self.files)} "
+                    f"data_dir to a folder that holds {self._expected_paths()} "
                     f"(on these machines ../shared/data; on the command line --data.data_dir), or put the files "
                     f"there; download=False (--data.download false) then never tries the network."
                 ) from error
