@@ -9,7 +9,10 @@ Each figure is a fresh interpreter, run alternately ``repeats`` times, median pr
   the cyclic garbage collector on (as a plain script runs) and off (``gc.disable()`` first, as
   ``lit_otclust.__main__`` runs them);
 - ``wandb.init`` offline and ``finish`` with everything else already imported, and the seconds of the
-  imports W&B makes inside ``init`` (``-X importtime``, modules first imported during the call).
+  imports W&B makes inside ``init`` (``-X importtime``, modules first imported during the call);
+- the fit's imports (gc off) and one offline ``wandb.init``, as one process, with W&B's Launch module imported
+  where ``init`` imports it and imported first, before torch (as ``lit_otclust.__main__`` does for a run that
+  logs to W&B).
 """
 
 from __future__ import annotations
@@ -38,6 +41,12 @@ sys.stderr.write("--done--\\n"); sys.stderr.flush()
 t = time.perf_counter(); run.finish(); t_finish = time.perf_counter() - t
 print(json.dumps({"init": t_init, "finish": t_finish, "modules": len(set(sys.modules) - before)}))
 """
+INIT = FIT + """
+import os, sys
+os.environ["WANDB_MODE"] = "offline"; os.environ["WANDB_SILENT"] = "true"
+wandb.init(project="bench_startup", dir=sys.argv[1]).finish()
+"""
+LAUNCH_FIRST = "import wandb.sdk.launch.inputs.internal; "
 
 
 def wall(code: str, *args: str, importtime: bool = False) -> tuple[float, str, str]:
@@ -67,11 +76,15 @@ def main() -> None:
     args = parser.parse_args()
     codes = {"bare imports": BARE, "fit imports": FIT, "bare, gc off": OFF + BARE, "fit, gc off": OFF + FIT}
     times: dict[str, list[float]] = {name: [] for name in codes}
+    orders = {"Launch in init": OFF + INIT, "Launch first": OFF + LAUNCH_FIRST + INIT}
+    order_times: dict[str, list[float]] = {name: [] for name in orders}
     init, finish, inner = [], [], []
     for r in range(args.repeats):
         for name, code in list(codes.items())[:: 1 if r % 2 == 0 else -1]:
             times[name].append(wall(code)[0])
         with tempfile.TemporaryDirectory() as tmp:
+            for name, code in list(orders.items())[:: 1 if r % 2 == 0 else -1]:
+                order_times[name].append(wall(code, tmp)[0])
             _, out, err = wall(WANDB, tmp, importtime=True)
         info = json.loads(out.strip().splitlines()[-1])
         init.append(info["init"])
@@ -91,6 +104,11 @@ def main() -> None:
     print("  imports W&B makes inside init (last repeat, cumulative s):")
     for seconds, module in inner[-1][:5]:
         print(f"    {seconds:5.2f}  {module}")
+    print("fit imports (gc off) + wandb.init, one process:")
+    for name, values in order_times.items():
+        print(f"  {name:14s}: median {statistics.median(values):5.2f} s  ({', '.join(f'{v:.2f}' for v in values)})")
+    saved = statistics.median(order_times["Launch in init"]) - statistics.median(order_times["Launch first"])
+    print(f"  importing W&B's Launch module first saves {saved:.2f} s")
 
 
 if __name__ == "__main__":

@@ -203,7 +203,9 @@ def confusion_figure(matrix: Tensor, row_labels: list[str], col_labels: list[str
     im = ax.imshow(m, cmap="Blues", aspect="auto", interpolation="nearest")
     if m.size <= 400:
         for (i, j), v in np.ndenumerate(m):
-            ax.text(j, i, str(v), ha="center", va="center", fontsize=7, color="white" if v > m.max() / 2 else "black")
+            # Inside their cells, so out of the layout, which would otherwise measure every count's text.
+            ax.text(j, i, str(v), ha="center", va="center", fontsize=7, color="white" if v > m.max() / 2 else "black",
+                    in_layout=False)
     ax.set_xticks(range(cols), col_labels, fontsize=8)
     ax.set_yticks(range(rows), row_labels, fontsize=8)
     ax.set_xlabel("class")

@@ -24,6 +24,7 @@ from lit_otclust.cli import OTClusterCLI, cores_oversubscribed, main, skip_nvml_
 from lit_otclust.data import MNISTDataModule
 from lit_otclust.experiments import read_curves
 from lit_otclust.models import MLPAutoencoder
+from lit_otclust.startup import uses_default_logger
 from lit_otclust.system import DeepClustering
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,6 +83,46 @@ print("enabled" if gc.isenabled() else "disabled")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "enabled"
+
+
+def _imported_in_order(*argv: str) -> list[str]:
+    """The top-level modules the entry module imports, in order (``-X importtime``), as the ``lit-otclust`` script
+    loads it with ``argv``; the CLI itself does not run (the module is imported, not run as ``__main__``)."""
+    code = f"import sys; sys.argv = ['lit-otclust', *{list(argv)!r}]; import lit_otclust.__main__"
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True,
+                          timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")]
+
+
+def test_a_run_that_logs_to_wandb_imports_its_launch_module_before_torch_and_one_without_wandb_skips_wandb():
+    """README "Performance": wandb.init imports W&B's Launch module, whose pydantic models scan every loaded module per
+    stack frame; imported before torch and Lightning it costs a fifth. A run without W&B must not import W&B at all."""
+    modules = _imported_in_order("fit", "--config", SMOKE)
+    assert "wandb.sdk.launch.inputs.internal" in modules
+    assert modules.index("wandb.sdk.launch.inputs.internal") < modules.index("torch")
+    for argv in (("fit", "--config", SMOKE, "--trainer.logger", "false"), ("fit", "--help")):
+        modules = _imported_in_order(*argv)
+        assert "torch" in modules and "wandb" not in modules, argv
+
+
+@pytest.mark.parametrize("config, argv, wanted", [
+    (None, [], True),  # the CLI's default logger is W&B's
+    ("logger: false", [], False),
+    ("logger: null", [], True),  # null: the default loggers
+    ("logger:\n    class_path: lightning.pytorch.loggers.CSVLogger", [], False),
+    ("logger:\n    - class_path: lightning.pytorch.loggers.WandbLogger", [], True),
+    ("logger: false", ["--trainer.logger", "true"], True),  # the last setting wins
+    (None, ["--trainer.logger=False"], False),
+    (None, ["--print_config"], False),
+])
+def test_the_entry_module_tells_which_commands_start_wandb(tmp_path, config, argv, wanted):
+    args = ["fit"]
+    if config is not None:
+        path = tmp_path / "c.yaml"
+        path.write_text(f"trainer:\n  {config}\n")
+        args += ["--config", str(path)]
+    assert uses_default_logger([*args, *argv]) is wanted
 
 
 @pytest.mark.parametrize("load, cores, threads, busy", [
