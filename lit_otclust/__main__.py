@@ -12,7 +12,7 @@ gc.disable()
 
 from lit_otclust.startup import import_wandb_launch_early  # noqa: E402
 
-# Before torch and Lightning, whose ~4,000 modules make this import 5x slower later (startup.py).
+# Before torch and Lightning: W&B's Launch module scans every loaded module as it imports (startup.py).
 if __name__ == "__main__" or sys.argv[0].endswith("lit-otclust"):
     import_wandb_launch_early(sys.argv[1:])
 

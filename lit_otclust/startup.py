@@ -35,9 +35,11 @@ def import_wandb_launch_early(argv: list[str]) -> None:
     """Import W&B's Launch module now, before torch, if this command will start W&B.
 
     Every ``wandb.init`` imports it (``Run._detect_and_apply_job_inputs``), and its pydantic models read their
-    docstrings from source: one ``inspect.getmodule`` scan of every loaded module per stack frame. With torch and
-    Lightning loaded (~4,500 modules) that import took 1.6-1.8 s on 2 cores; imported first (~700 modules), 0.23-0.34
-    s (``python -m benchmarks.bench_startup``, README "Performance"). A command without W&B does not import W&B."""
+    docstrings from source: one ``inspect.getmodule`` scan of every loaded module per stack frame, so the import costs
+    more the more is loaded (~4,500 modules with torch and Lightning, ~700 before them). Inside ``wandb.init`` it took
+    1.26 s on 2 cores; the fit's imports plus one ``wandb.init`` took 10.62 s, 9.12 s with this import first
+    (``python -m benchmarks.bench_startup``, ``benchmarks/results/bench_startup_wandb_first.txt``). A command without
+    W&B does not import W&B."""
     if uses_default_logger(argv):
         try:
             import wandb.sdk.launch.inputs.internal  # noqa: F401
