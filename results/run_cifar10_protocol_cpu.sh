@@ -4,7 +4,7 @@
 # paper's 200 (+50). The configs as they are (conv autoencoder, lambda = 1, epsilon 1e-2, all 60k images).
 # Measured 2026-11-25: ~29 s an epoch on the 2 idle cores (benchmarks/results/bench_fit_cifar10_1ep_evalbatch.txt),
 # so the 15 runs (~330 epochs at EPOCHS=20) would take ~2.7 h of that machine; on the slower machine of the fourth
-# session the three lanes ran ~0.9 epochs a minute together (83-98 min a run), ~6 h for the 15 runs. Three lanes of one run each, disjoint
+# session the three lanes ran ~1.15 epochs a minute together (52 min a run), ~5 h for the 15 runs. Three lanes of one run each, disjoint
 # configs; resumable (rerunning skips finished runs and resumes interrupted ones).
 set -euo pipefail
 cd "$(dirname "$0")/.."

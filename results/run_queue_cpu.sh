@@ -3,8 +3,8 @@
 # resumable, so the next session starts it again and it goes on where it stopped):
 #   nohup bash results/run_queue_cpu.sh > queue.log 2>&1 &
 # 1. CIFAR-10, 5 columns x 3 seeds x 20 epochs: first since the MNIST protocol is complete (stop 28) and its runs
-#    are the shortest left. Measured 2026-11-25 (fourth session, a slower machine): 83-98 min a run with three
-#    lanes, ~6 h for the 15 runs (RESULTS.md, CIFAR-10).
+#    are the shortest left. Measured 2026-11-25 (fourth session, a slower machine): 52 min a 20-epoch run with
+#    three lanes, ~5 h for the 15 runs (RESULTS.md, CIFAR-10).
 # 2. MNIST Figure 2 at 200 epochs, 3 seeds a point (31 runs left on 2026-11-25, ~10.5 h), in three lanes, one
 #    epsilon each (disjoint runs, so no run is started twice); then its table and figure (every run done: all
 #    skipped).
