@@ -59,6 +59,10 @@ def wandb_credentials_found() -> bool:
 
 
 def default_loggers(root: Path, name: str, log_model: bool | Literal["all"] = False) -> list:
+    if os.environ.get("WANDB_MODE") == "":
+        # Set but empty (`WANDB_MODE= lit-otclust fit ...`): W&B rejects "" with a validation traceback; read it
+        # as unset.
+        del os.environ["WANDB_MODE"]
     if "WANDB_MODE" not in os.environ and not wandb_credentials_found():
         # Without credentials, online W&B would prompt for a key (or hang without network).
         os.environ["WANDB_MODE"] = "offline"

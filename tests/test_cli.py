@@ -13,6 +13,7 @@ from pathlib import Path
 
 import lightning as L
 from lightning.pytorch.callbacks import ProgressBar
+from lightning.pytorch.loggers import WandbLogger
 import numpy as np
 import pytest
 import torch
@@ -20,7 +21,8 @@ import wandb
 from scipy.optimize import linear_sum_assignment
 
 from lit_otclust.callbacks import PhaseSwitch
-from lit_otclust.cli import OTClusterCLI, cores_oversubscribed, main, skip_nvml_check_without_gpus
+from lit_otclust.cli import (OTClusterCLI, cores_oversubscribed, default_loggers, main, skip_nvml_check_without_gpus,
+                             wandb_credentials_found)
 from lit_otclust.data import MNISTDataModule
 from lit_otclust.experiments import read_curves
 from lit_otclust.models import MLPAutoencoder
@@ -83,6 +85,18 @@ print("enabled" if gc.isenabled() else "disabled")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "enabled"
+
+
+def test_an_empty_wandb_mode_without_credentials_logs_offline(tmp_path, monkeypatch):
+    """`WANDB_MODE= lit-otclust fit ...`: W&B itself rejects an empty mode with a validation traceback; the CLI reads
+    it as unset, so without credentials the run logs offline (and never prompts)."""
+    monkeypatch.setenv("WANDB_MODE", "")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc credentials either
+    assert not wandb_credentials_found()
+    loggers = default_loggers(tmp_path, "run")
+    assert os.environ["WANDB_MODE"] == "offline"
+    assert any(isinstance(lg, WandbLogger) for lg in loggers)
 
 
 def _imported_in_order(*argv: str) -> list[str]:
