@@ -111,7 +111,7 @@ def _imported_in_order(*argv: str) -> list[str]:
 
 def test_a_run_that_logs_to_wandb_imports_its_launch_module_before_torch_and_one_without_wandb_skips_wandb():
     """README "Performance": wandb.init imports W&B's Launch module, whose pydantic models scan every loaded module per
-    stack frame; imported before torch and Lightning it costs a fifth. A run without W&B must not import W&B at all."""
+    stack frame, so it costs less before torch and Lightning are loaded. A run without W&B must not import W&B at all."""
     modules = _imported_in_order("fit", "--config", SMOKE)
     assert "wandb.sdk.launch.inputs.internal" in modules
     assert modules.index("wandb.sdk.launch.inputs.internal") < modules.index("torch")
