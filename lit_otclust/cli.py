@@ -153,7 +153,7 @@ class OTClusterCLI(LightningCLI):
         bar_wanted = trainer_cfg.get("enable_progress_bar", True) is not False
         if bar_wanted and not any(isinstance(cb, ProgressBar) for cb in callbacks):
             # Lightning's default bar redraws every step: ~1.3 ms of a ~22 ms MNIST step (measured in-process,
-            # README "Performance"). Every 10th step is still several redraws a second; a bar in
+            # benchmarks/README.md). Every 10th step is still several redraws a second; a bar in
             # trainer.callbacks replaces this one.
             callbacks.append(TQDMProgressBar(refresh_rate=10))
         if not any(isinstance(cb, SignalCheckpoint) for cb in callbacks):
@@ -197,7 +197,7 @@ def console() -> None:
     value, which the script's ``sys.exit(...)`` would print and turn into exit status 1 after a successful run."""
     # Move what the imports built (torch, Lightning, torchmetrics: about a million objects) out of the garbage
     # collector's reach: the interpreter's shutdown otherwise walks them all, ~2 s of every run's exit on 2 cores,
-    # and so does every later generation-2 pass (README "Performance"). Here, not in main(): frozen objects are
+    # and so does every later generation-2 pass (benchmarks/README.md). Here, not in main(): frozen objects are
     # never collected, so a process that calls main() repeatedly (the tests) must not freeze the garbage of its
     # earlier runs. The entry module (lit_otclust.__main__) turned the collector off for the imports; back on.
     gc.collect()

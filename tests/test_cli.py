@@ -66,7 +66,7 @@ def test_console_script_exits_zero_after_a_run(data_dir, tmp_path):
 
 
 def test_the_entry_point_collects_no_garbage_during_its_imports_and_runs_with_the_collector_on():
-    """``lit_otclust.__main__`` turns the cyclic collector off for the imports (README "Performance": ~0.75 s of
+    """``lit_otclust.__main__`` turns the cyclic collector off for the imports (benchmarks/README.md: ~0.75 s of
     generation-2 passes that find nothing) and ``console()`` turns it back on before the run: a run without it would
     keep every reference cycle it makes. Importing the library itself leaves the collector alone."""
     code = """
@@ -110,7 +110,7 @@ def _imported_in_order(*argv: str) -> list[str]:
 
 
 def test_a_run_that_logs_to_wandb_imports_its_launch_module_before_torch_and_one_without_wandb_skips_wandb():
-    """README "Performance": wandb.init imports W&B's Launch module, whose pydantic models scan every loaded module per
+    """benchmarks/README.md: wandb.init imports W&B's Launch module, whose pydantic models scan every loaded module per
     stack frame, so it costs less before torch and Lightning are loaded. A run without W&B must not import W&B at all."""
     modules = _imported_in_order("fit", "--config", SMOKE)
     assert "wandb.sdk.launch.inputs.internal" in modules
