@@ -167,6 +167,21 @@ def test_potential_assignment_shifts_by_g():
     assert module.assign(z, "potential").tolist() == [0, 0]
 
 
+def test_the_hook_name_fast_path_keeps_nn_modules_registration():
+    # DeepClustering.__setattr__ writes Lightning's _current_fx_name as a plain attribute; everything
+    # else must still go through nn.Module (parameters, buffers and submodules registered as before).
+    module = DeepClustering(MLPAutoencoder(latent_dim=2), num_clusters=3)
+    module._current_fx_name = "training_step"
+    assert module._current_fx_name == "training_step" and module.__dict__["_current_fx_name"] == "training_step"
+    module.extra = torch.nn.Parameter(torch.zeros(2))
+    module.head = torch.nn.Linear(2, 2)
+    module.register_buffer("count", torch.zeros(()))
+    module.count = torch.ones(())  # assigning a tensor to a buffer's name replaces the buffer
+    assert "extra" in module._parameters and "head" in module._modules and module._buffers["count"].item() == 1.0
+    assert "extra" not in module.__dict__ and "head" not in module.__dict__ and "count" not in module.__dict__
+    assert {"extra", "head.weight", "head.bias", "count"} <= set(module.state_dict())
+
+
 def test_kmeans_init_matches_sklearn_on_the_embeddings(data_dir, tmp_path):
     """PhaseSwitch's centers are sklearn's k-means++ on f(x) of every fitted sample (a second code path)."""
     L.seed_everything(0)
