@@ -73,6 +73,18 @@ def loader(ds: InMemoryDataset) -> ResumableLoader:
     return ResumableLoader(ds, batch_size=300, sampler=EpochShuffleSampler(ds, 0), drop_last=True, collate_fn=passthrough)
 
 
+def fit_ms(module: L.LightningModule, ds: InMemoryDataset, epochs: int, root: str,
+           callbacks: list[L.Callback] = ()) -> float:
+    """Best epoch's ms per step of ``Trainer.fit`` with no logger, and checkpoints or a progress bar only if given."""
+    timer = EpochTimer()
+    trainer = L.Trainer(max_epochs=epochs, logger=False, default_root_dir=root, num_sanity_val_steps=0,
+                        enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
+                        enable_progress_bar=any(isinstance(c, TQDMProgressBar) for c in callbacks),
+                        enable_model_summary=False, callbacks=[timer, *callbacks])
+    trainer.fit(module, loader(ds))
+    return min(timer.ms)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--epochs", type=int, default=2)
@@ -89,35 +101,19 @@ def main() -> None:
                                 ("+ progress bar (every 10th step)", [TQDMProgressBar(refresh_rate=10)]),
                                 ("+ ModelCheckpoint + SignalCheckpoint", [ModelCheckpoint(dirpath=root, save_last=True),
                                                                          SignalCheckpoint()])):
-            timer = EpochTimer()
-            trainer = L.Trainer(max_epochs=args.epochs, logger=False, default_root_dir=root, num_sanity_val_steps=0,
-                                enable_checkpointing=any(isinstance(c, ModelCheckpoint) for c in callbacks),
-                                enable_progress_bar=any(isinstance(c, TQDMProgressBar) for c in callbacks),
-                                enable_model_summary=False, callbacks=[timer, *callbacks])
-            trainer.fit(NoOp(), loader(ds))
-            print(f"{name + ':':36s} {min(timer.ms):.2f} ms/step (best of {args.epochs} epochs)")
+            print(f"{name + ':':36s} {fit_ms(NoOp(), ds, args.epochs, root, callbacks):.2f} ms/step (best of {args.epochs} epochs)")
         # What automatic optimisation (closure, backward and optimizer hooks) costs: the lever a manual loop
         # would pull, at the price of Trainer features it disables (gradient_clip_val, accumulate_grad_batches).
-        timer = EpochTimer()
-        trainer = L.Trainer(max_epochs=args.epochs, logger=False, default_root_dir=root, num_sanity_val_steps=0,
-                            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                            callbacks=[timer])
-        trainer.fit(ManualNoOp(), loader(ds))
-        print(f"{'Trainer.fit, manual optimisation:':36s} {min(timer.ms):.2f} ms/step (best of {args.epochs} epochs)")
+        ms = fit_ms(ManualNoOp(), ds, args.epochs, root)
+        print(f"{'Trainer.fit, manual optimisation:':36s} {ms:.2f} ms/step (best of {args.epochs} epochs)")
         # The hook-name fast path of DeepClustering.__setattr__, against the plain no-op, alternating fits.
         best: dict[str, list[float]] = {"plain": [], "fast": []}
         for _ in range(args.rounds):
             for name, module in (("plain", NoOp), ("fast", FastNameNoOp)):
-                timer = EpochTimer()
-                trainer = L.Trainer(max_epochs=args.epochs, logger=False, default_root_dir=root, num_sanity_val_steps=0,
-                                    enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                                    callbacks=[timer])
-                trainer.fit(module(), loader(ds))
-                best[name].append(min(timer.ms))
+                best[name].append(fit_ms(module(), ds, args.epochs, root))
         plain, fast = (sorted(best[k])[len(best[k]) // 2] for k in ("plain", "fast"))
         print(f"{'no callbacks, plain __setattr__:':36s} {plain:.3f} ms/step (median of {args.rounds} fits' best epochs)")
         print(f"{'no callbacks, hook-name fast path:':36s} {fast:.3f} ms/step, {1e3 * (plain - fast):.0f} us saved")
-
 
 if __name__ == "__main__":
     main()
