@@ -5,7 +5,7 @@
 # paired by seed with results/protocol/ (the same command without the annealing):
 #   python -m lit_otclust.experiments compare --a results/study_anneal:mnist_ot:epsilon_start=1.0 \
 #       --b results/protocol:mnist_ot [--epoch 39]
-# One lane (results/run_queue_cpu.sh starts it when CIFAR-10's lane ends); resumable like the others
+# One lane (results/run_queue_cpu.sh runs it in CIFAR-10's lane, after the loss-weight runs); resumable like the others
 # (rerunning skips finished runs and resumes interrupted ones). ~45 min a run with four 1-thread runs on the 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."

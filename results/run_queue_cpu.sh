@@ -6,12 +6,13 @@
 #   session only soft k-means (p) seeds 1-2 were left, one lane (its other two lanes skip finished runs).
 # - MNIST Figure 2 at 200 epochs, 3 seeds a point (31 runs left on 2026-11-25), three lanes, one epsilon each
 #   (disjoint runs, so no run is started twice); then its table and figure (every run done: all skipped).
-# - When CIFAR-10's lane ends, the same lane runs the ninth round of the recipe study (results/run_anneal_cpu.sh: OT
-#   with epsilon annealed over its first 20 epochs, 200 epochs, seeds 0-2).
+# - When CIFAR-10's protocol lane ends, the same lane measures MNIST's loss weight on CIFAR-10
+#   (results/run_cifar10_lambda_cpu.sh: OT, lambda = 1/300, 20 epochs, seeds 0-2), then runs the ninth round of the
+#   recipe study (results/run_anneal_cpu.sh: OT with epsilon annealed over its first 20 epochs, 200 epochs, seeds 0-2).
 # All at once: four 1-thread lanes on the 2 cores, so that no core idles.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-( bash results/run_cifar10_protocol_cpu.sh; bash results/run_anneal_cpu.sh ) &
+( bash results/run_cifar10_protocol_cpu.sh; bash results/run_cifar10_lambda_cpu.sh; bash results/run_anneal_cpu.sh ) &
 EPS=1 bash results/run_figure2_cpu.sh &
 EPS=0.001 bash results/run_figure2_cpu.sh &
 EPS=0.1 bash results/run_figure2_cpu.sh &
