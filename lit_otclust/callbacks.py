@@ -191,6 +191,7 @@ class PhaseSwitch(L.Callback):
                 centers = 2 * torch.rand(K, p, generator=torch.Generator().manual_seed(self.seed)) - 1  # (K, p), CPU
             else:
                 centers = kmeans(z, K, self.kmeans_n_init, self.seed)  # (K, p), CPU
+            centers = centers.to(z.dtype)  # float32 either way; z has the module's dtype (float64 at precision 64)
             order = self.center_order(z.cpu(), centers, pl_module.proportions.cpu(), trainer.datamodule.fit_set.y.cpu())
             centers = centers[order].to(pl_module.centers)
         else:

@@ -447,7 +447,7 @@ class ClusterFigures(L.Callback):
         if pl_module.hparams.get("clustering") == "ot" and getattr(pl_module, "joint", False):
             m = min(getattr(datamodule, "batch_size", 300), N)
             batch = torch.randperm(N, generator=torch.Generator().manual_seed(1))[:m]
-            z_batch = snap.z[batch].to(pl_module.device)
+            z_batch = snap.z[batch].to(pl_module.device, pl_module.dtype)
             res = batch_plan(pl_module, z_batch)
             # As train/plan_moved: the share the plan sends to another center than the nearest.
             nearest = squared_distances(z_batch, pl_module.centers.detach()).argmin(1)

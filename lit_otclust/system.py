@@ -38,9 +38,10 @@ BALANCED_TAU = 1e4  # reg_m annealing towards balanced ends at tau = BALANCED_TA
 def embed_samples(module: L.LightningModule, x: Tensor, datamodule: object) -> Tensor:
     """(N, p) embeddings ``module.embed(x)`` of in-memory samples x (N, *input_shape), on the module's device, in
     the data module's evaluation batches (``eval_batch_size``, the data set's fastest; a data module without one:
-    ``DEFAULT_EVAL_BATCH_SIZE``). The k-means init and the pictures embed every fitted sample this way."""
+    ``DEFAULT_EVAL_BATCH_SIZE``). The k-means init and the pictures embed every fitted sample this way.
+    The batches take the module's dtype as Lightning's own batches do (``trainer.precision=64-true``: float64)."""
     chunk = getattr(datamodule, "eval_batch_size", DEFAULT_EVAL_BATCH_SIZE)
-    return torch.cat([module.embed(xb.to(module.device)) for xb in x.split(chunk)])
+    return torch.cat([module.embed(xb.to(module.device, module.dtype)) for xb in x.split(chunk)])
 
 
 def kmeans(z: Tensor, num_clusters: int, n_init: int, seed: int) -> Tensor:
