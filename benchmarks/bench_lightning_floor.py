@@ -115,5 +115,6 @@ def main() -> None:
         print(f"{'no callbacks, plain __setattr__:':36s} {plain:.3f} ms/step (median of {args.rounds} fits' best epochs)")
         print(f"{'no callbacks, hook-name fast path:':36s} {fast:.3f} ms/step, {1e3 * (plain - fast):.0f} us saved")
 
+
 if __name__ == "__main__":
     main()
