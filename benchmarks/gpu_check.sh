@@ -16,7 +16,9 @@ EPOCHS=${2:-10}
 export WANDB_MODE=${WANDB_MODE:-offline} WANDB_SILENT=true PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))"
-LIT_OTCLUST_DATA=$DATA python -m pytest -q -rs tests/test_cuda.py
+# A failing test does not skip the timings below (a device lease is short); the script exits non-zero at the end.
+tests_rc=0
+LIT_OTCLUST_DATA=$DATA python -m pytest -q -rs tests/test_cuda.py || tests_rc=$?
 fit() {  # fit NAME EXTRA_ARGS...: time one fit on the GPU, data on the device (benchmarks/bench_fit.py --fit-only)
     echo "$1:"; shift
     python -m benchmarks.bench_fit --fit-only --pairs 1 --epochs "$EPOCHS" --data-dir "$DATA" \
@@ -28,3 +30,4 @@ if [ "$(python -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; th
 else
     echo "ddp_two_gpus: not run (one GPU; tests/test_cuda.py ran the distributed Sinkhorn under NCCL on it)"
 fi
+if [ "$tests_rc" -ne 0 ]; then echo "tests/test_cuda.py failed (rc $tests_rc)"; exit "$tests_rc"; fi

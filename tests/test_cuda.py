@@ -10,7 +10,7 @@ import torch
 from lit_otclust.cli import main
 from lit_otclust.ot import ot_clustering_loss, sinkhorn, squared_distances
 from test_cli import SMOKE, _offline  # noqa: F401 (the autouse fixture: W&B offline and silent)
-from test_ot import _problem
+from _problems import _problem
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA GPU; `bash benchmarks/gpu_check.sh` runs these where one is")
@@ -60,8 +60,8 @@ def test_a_fit_on_one_gpu_with_the_data_on_the_device_trains_draws_and_predicts(
     args = ["--config", SMOKE, "--data.data_dir", str(data_dir), "--trainer.default_root_dir", str(tmp_path),
             "--trainer.accelerator", "gpu", "--trainer.devices", "1", "--data.init_args.on_device", "true"]
     cli = main(["fit", *args, "--trainer.max_epochs", "2", "--figures.every_n_epochs", "1"])
-    model = cli.trainer.lightning_module
-    assert model.centers.device.type == "cuda" and cli.datamodule.fit_set.x.device.type == "cuda"
+    # Lightning's teardown moves the module back to the CPU after fit; the strategy keeps the device it trained on.
+    assert cli.trainer.strategy.root_device.type == "cuda" and cli.datamodule.fit_set.x.device.type == "cuda"
     assert float(cli.trainer.callback_metrics["val/acc"]) > 0.2
     assert (tmp_path / "figures" / "plan_epoch001.png").stat().st_size > 1000  # drawn from device tensors
     main(["predict", *args, "--ckpt_path", str(tmp_path / "checkpoints" / "last.ckpt")])

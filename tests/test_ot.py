@@ -13,15 +13,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from lit_otclust.ot import ot_clustering_loss, sinkhorn, sinkhorn_algorithm1, soft_kmeans_loss, squared_distances
-
-
-def _problem(n: int, k: int, seed: int, dtype=torch.float64, p: int = 4):
-    gen = torch.Generator().manual_seed(seed)
-    z = torch.randn(n, p, generator=gen, dtype=dtype)
-    centers = torch.randn(k, p, generator=gen, dtype=dtype)
-    a = torch.rand(n, generator=gen, dtype=dtype) + 0.2
-    b = torch.rand(k, generator=gen, dtype=dtype) + 0.2
-    return z, centers, a / a.sum(), b / b.sum()
+from _problems import _problem
 
 
 def _l1(x: torch.Tensor, y: torch.Tensor) -> float:
