@@ -396,7 +396,9 @@ class ClusterFigures(L.Callback):
         if step == pl_module.global_step and len(index) == len(x):
             index = index.to(z.device)
             if bool(torch.bincount(index, minlength=len(x)).eq(1).all()):  # each sample once (not a DDP shard)
-                return torch.empty_like(z).index_copy_(0, index, z)
+                # On the module's device: at fit end Lightning's teardown has moved the module back to the CPU,
+                # while the evaluation left these on the GPU (a GPU fit's final pictures crashed on that).
+                return torch.empty_like(z).index_copy_(0, index, z).to(pl_module.device)
         return embed_samples(pl_module, x, pl_module.trainer.datamodule)
 
     def _sizes(self, pl_module: L.LightningModule, x: Tensor, num_clusters: int) -> Tensor:

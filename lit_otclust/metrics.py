@@ -21,7 +21,7 @@ def _check_labels(values: Tensor, name: str, upper: int, upper_name: str) -> Non
         raise ValueError(f"`{name}` must hold integers, got dtype {values.dtype}.")
     if values.numel() == 0:
         return
-    low, high = (int(v) for v in torch.aminmax(values))  # one pass, one device sync
+    low, high = (int(v) for v in torch.stack(torch.aminmax(values)).tolist())  # one pass, one device sync
     if low < 0 or high >= upper:
         raise ValueError(
             f"`{name}` must lie in [0, {upper_name}) = [0, {upper}), got values in [{low}, {high}]."

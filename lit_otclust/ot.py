@@ -102,29 +102,45 @@ class _Group:
         return x
 
 
-def _check_weights(w: Tensor | None, size: int, name: str, group: _Group, like: Tensor) -> Tensor:
-    """Validate weights; ``group`` is the one the weights are split over (rows), a no-op one otherwise."""
+def _check_weights(w: Tensor | None, size: int, name: str, group: _Group, like: Tensor) -> tuple[Tensor, bool]:
+    """Validate weights; ``group`` is the one the weights are split over (rows), a no-op one otherwise.
+
+    Returns the weights in ``like``'s dtype and device, and whether any is zero. One host sync for given
+    weights (all checks read back together: on a GPU each read stalls the queue), none for the default."""
     if w is None:
-        # Every tensor entering a collective lives on the cost's device: NCCL has no CPU tensors.
-        total = group.sum(torch.tensor(float(size), dtype=torch.float64, device=like.device)).item()
-        return torch.full((size,), 1.0 / total, dtype=like.dtype, device=like.device)
+        total = size
+        if group.active:  # every tensor entering a collective lives on the cost's device: NCCL has no CPU tensors
+            total = group.sum(torch.tensor(float(size), dtype=torch.float64, device=like.device)).item()
+        return torch.full((size,), 1.0 / total, dtype=like.dtype, device=like.device), False
     w = torch.as_tensor(w, device=like.device)
     if w.dim() != 1 or w.shape[0] != size:
         raise ValueError(f"`{name}` must have shape ({size},) to match the cost, got {tuple(w.shape)}")
-    if not torch.isfinite(w).all() or (w < 0).any():
-        raise ValueError(f"`{name}` must be finite and non-negative, got min {w.min().item():.3g}")
-    total = group.sum(w.detach().double().sum()).item()
+    wd = w.detach().double()
+    # min < 0 or NaN: negative or NaN entries; an infinite sum: an infinite entry.
+    least, total = torch.stack([wd.min(), wd.sum()]).tolist()
+    if not (least >= 0 and math.isfinite(total)):
+        raise ValueError(f"`{name}` must be finite and non-negative, got min {least:.3g} and sum {total:.3g}")
+    if group.active:
+        total = group.sum(wd.sum()).item()
     if abs(total - 1.0) > 1e-6:
         raise ValueError(f"`{name}` must sum to 1 (within 1e-6), got {total:.9g}")
-    return w.to(like.dtype)
+    return w.to(like.dtype), least == 0
 
 
 def _work_dtype(cost: Tensor, epsilon: float, tol: float, group: _Group) -> torch.dtype:
-    # An exponent (f + g - C) / eps computed in float32 is off by about spacing(max|C|) / eps, and so is
-    # every plan entry relatively: once that exceeds tol, the marginals cannot reach tol in float32.
+    """float64 where float32 cannot resolve ``tol``; raises :class:`NonFiniteCostError` on NaN or inf.
+
+    Both from max|C|, one host sync (the finiteness check rides on it: the max of a cost holding NaN or
+    inf is not finite)."""
+    max_abs = cost.detach().abs().max().item()
+    if not math.isfinite(max_abs):
+        raise NonFiniteCostError("`cost` contains NaN or Inf")
     if cost.dtype == torch.float64:
         return torch.float64
-    max_abs = group.max(cost.detach().abs().max().float().reshape(1)).item()
+    # An exponent (f + g - C) / eps computed in float32 is off by about spacing(max|C|) / eps, and so is
+    # every plan entry relatively: once that exceeds tol, the marginals cannot reach tol in float32.
+    if group.active:
+        max_abs = group.max(cost.detach().abs().max().float().reshape(1)).item()
     spacing = torch.finfo(torch.float32).eps * max_abs
     return torch.float64 if spacing / epsilon > tol else torch.float32
 
@@ -233,7 +249,7 @@ def _newton(cost, a, b, g, eps, max_steps, tol, reg_m, group):
     balanced = reg_m is None or math.isinf(reg_m)
     floor = _EXP_FLOOR[cost.dtype]
 
-    def evaluate(g: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, float]:
+    def evaluate(g: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, tuple[Tensor, Tensor, Tensor]]:
         log_kernel = (g[None, :] - cost) / eps  # (n, K)
         shift = log_kernel.detach().amax(1, keepdim=True)  # (n, 1)
         kernel = torch.exp((log_kernel - shift).clamp_min(floor))  # floor: see _EXP_FLOOR
@@ -241,14 +257,22 @@ def _newton(cost, a, b, g, eps, max_steps, tol, reg_m, group):
         f = eps * (log_a - row.log() - shift[:, 0])
         plan = kernel * (a / row)[:, None]  # (n, K), rows sum to a
         dual = (b * g).sum() if balanced else -reg_m * (b * torch.expm1(-g / reg_m)).sum()
-        value = group.sum((a * f).sum().detach()).item() + dual.item()
         grad = _column_target(b, g, reg_m) - group.sum(plan.sum(0))  # (K,) ascent direction
-        return f, plan, g, grad, value
+        # F's two terms and the marginal error, left on the device for the caller to read with its own values.
+        return f, plan, g, grad, (group.sum((a * f).sum().detach()), dual.detach(), grad.detach().abs().sum())
 
-    f, plan, g, grad, value = evaluate(g)
+    # Host reads: on an accelerator every read stalls the queue, so a trial's values come back in one copy and a
+    # failed factorisation's trial is computed and dropped; on the CPU a read is free and stacking is not.
+    eager = cost.device.type == "cpu"
+
+    def read(*values: Tensor) -> list[float]:  # 0-d tensors of one dtype
+        return [v.item() for v in values] if eager else torch.stack(values).tolist()
+
+    f, plan, g, grad, stats = evaluate(g)
+    value_f, value_dual, err = read(*stats)
+    value = value_f + value_dual
     damping, steps = 1e-6, 0
     while steps < max_steps:
-        err = grad.detach().abs().sum().item()
         if err < tol:
             break
         steps += 1
@@ -259,18 +283,22 @@ def _newton(cost, a, b, g, eps, max_steps, tol, reg_m, group):
         eye = torch.eye(len(q), dtype=q.dtype, device=q.device) * q.detach().max()
         while True:
             chol, info = torch.linalg.cholesky_ex(hess + damping * eye)
-            if info.item() == 0:
+            if not (eager and info.item()):  # on the CPU a failed factorisation skips its trial
                 # Two triangular solves: several times faster than torch.cholesky_solve on CPU for one right-hand side.
                 half = torch.linalg.solve_triangular(chol, grad[:, None], upper=False)
                 direction = eps * torch.linalg.solve_triangular(chol.mT, half, upper=True)[:, 0]  # (K,)
                 trial = evaluate(g + direction)
-                slope = (grad * direction).sum().item()
-                new_err = trial[3].detach().abs().sum().item()
+                reads = [(grad * direction).sum().detach(), *trial[4]]
+                slope, trial_f, trial_dual, new_err, *factored = read(
+                    *reads, *(() if eager else ((info == 0).to(grad.dtype),)))
+                ok = eager or factored[0]
+                trial_value = trial_f + trial_dual
                 # Near the optimum F changes below its rounding, so a drop of the marginal error with F
                 # level (up to rounding) also counts as progress.
                 rounding = _F_ROUNDING[cost.dtype] * (1.0 + abs(value))
-                if trial[4] >= value + 1e-4 * slope or (new_err < err and trial[4] >= value - rounding):
-                    f, plan, g, grad, value = trial
+                if ok and (trial_value >= value + 1e-4 * slope or (new_err < err and trial_value >= value - rounding)):
+                    f, plan, g, grad = trial[:4]
+                    value, err = trial_value, new_err
                     # Relax by 3, not by the 10 it grows by: late in training (plans nearly hard) /10 undershot
                     # the next step's damping about every other step: 32 factorisations a warm solve against 23,
                     # ~20% of its time (benchmarks/bench_warm_sinkhorn.py).
@@ -279,7 +307,7 @@ def _newton(cost, a, b, g, eps, max_steps, tol, reg_m, group):
             damping *= 10.0
             if damping > 1e12:  # no ascent step left at this precision: report the error reached
                 return plan, f, g, steps, err
-    return plan, f, g, steps, grad.detach().abs().sum().item()
+    return plan, f, g, steps, err
 
 
 def _solve(cost, a, b, f, g, epsilons, max_iter, tol, check_every, reg_m, group, differentiable):
@@ -372,8 +400,6 @@ def sinkhorn(
     """
     if cost.dim() != 2 or not cost.is_floating_point():
         raise ValueError(f"`cost` must be a 2-D floating tensor, got shape {tuple(cost.shape)} and {cost.dtype}")
-    if not torch.isfinite(cost).all():
-        raise NonFiniteCostError("`cost` contains NaN or Inf")
     if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
         raise ValueError(f"`epsilon` must be a finite number > 0, got {epsilon!r}")
     if reg_m is not None and not reg_m > 0:
@@ -386,20 +412,28 @@ def sinkhorn(
         raise ValueError("unrolled gradients need the whole batch in one process; detach the cost "
                          "(or use gradient='envelope') with distributed=True")
     n, k = cost.shape
-    a = _check_weights(a, n, "a", group, cost)
-    b = _check_weights(b, k, "b", _Group(False), cost)  # every rank holds all of b
-    n_total = int(group.sum(torch.tensor(float(n), device=cost.device)).item())
+    # The host syncs of a solve are counted (benchmarks/gpu_check.sh's profile): on a GPU each one stalls the
+    # queue, so the checks below read back together and the default weights need none.
+    work_dtype = _work_dtype(cost, epsilon, tol, group)  # also raises on a non-finite cost
+    dtype = work_dtype if dtype is None else dtype
+    a, a_zero = _check_weights(a, n, "a", group, cost)
+    b, b_zero = _check_weights(b, k, "b", _Group(False), cost)  # every rank holds all of b
+    n_total = int(group.sum(torch.tensor(float(n), device=cost.device)).item()) if group.active else n
     if n_total < k:
         warnings.warn(f"fewer points ({n_total}) than clusters ({k}): some clusters must share points",
                       RuntimeWarning, stacklevel=2)
 
-    dtype = _work_dtype(cost, epsilon, tol, group) if dtype is None else dtype
     # Zero weights would put log(0) in the updates: solve on the support, pad with zero mass.
-    rows, cols = torch.nonzero(a > 0)[:, 0], torch.nonzero(b > 0)[:, 0]
-    work = cost.to(dtype)[rows][:, cols]  # (n', K')
-    a_s, b_s = a.detach().to(dtype)[rows], b.detach().to(dtype)[cols]
-    f0 = work.new_zeros(len(rows)) if f_init is None else f_init.detach().to(dtype)[rows]
-    g0 = work.new_zeros(len(cols)) if g_init is None else g_init.detach().to(dtype)[cols]
+    rows = torch.nonzero(a > 0)[:, 0] if a_zero else torch.arange(n, device=cost.device)
+    cols = torch.nonzero(b > 0)[:, 0] if b_zero else torch.arange(k, device=cost.device)
+    work = cost.to(dtype)
+    if a_zero or b_zero:
+        work = work[rows][:, cols]  # (n', K')
+    a_s, b_s = a.detach().to(dtype), b.detach().to(dtype)
+    f0 = work.new_zeros(n) if f_init is None else f_init.detach().to(dtype)
+    g0 = work.new_zeros(k) if g_init is None else g_init.detach().to(dtype)
+    if a_zero or b_zero:
+        a_s, b_s, f0, g0 = a_s[rows], b_s[cols], f0[rows], g0[cols]
     warm = f_init is not None or g_init is not None
     epsilons = _epsilons(work.detach(), epsilon, epsilon_scaling and not warm, group)
     with torch.set_grad_enabled(differentiable):
@@ -453,8 +487,8 @@ def sinkhorn_algorithm1(cost: Tensor, b: Tensor | None = None, *, epsilon: float
     if n_iter < 1:
         raise ValueError(f"`n_iter` must be >= 1, got {n_iter}")
     n, k = cost.shape
-    b = _check_weights(b, k, "b", _Group(False), cost)
-    if not (b > 0).all():
+    b, b_zero = _check_weights(b, k, "b", _Group(False), cost)
+    if b_zero:
         raise ValueError("`b` must be positive for Algorithm 1 (a zero proportion makes log(b) -inf)")
     log_a, log_b = torch.full((n,), -math.log(n), dtype=cost.dtype, device=cost.device), b.to(cost).log()
     g = cost.new_zeros(k)  # b = 1

@@ -182,6 +182,10 @@ class DeepClustering(L.LightningModule):
         self.register_buffer("joint_phase", torch.tensor(False))
         # The epoch the joint phase began (set by PhaseSwitch), the origin of the annealing.
         self.register_buffer("joint_start_epoch", torch.tensor(0))
+        # Host mirrors of joint_phase and g_count > 0, read every step: reading the buffers would stall a GPU
+        # each time. Refreshed whenever a state dict (a checkpoint) is loaded.
+        self._joint, self._warm = False, False
+        self.register_load_state_dict_post_hook(DeepClustering._refresh_mirrors)
         self.metrics = nn.ModuleDict({
             f"{s}_{a}": HungarianAccuracy(num_clusters, num_clusters)
             for s in EVAL_SETS for a in ("distance", "potential")
@@ -212,11 +216,16 @@ class DeepClustering(L.LightningModule):
     @property
     def joint(self) -> bool:
         """True in the joint phase (reconstruction + clustering), False while pre-training."""
-        return bool(self.joint_phase)
+        return self._joint
 
     @joint.setter
     def joint(self, value: bool) -> None:
         self.joint_phase.fill_(value)
+        self._joint = bool(value)
+
+    @staticmethod
+    def _refresh_mirrors(module: DeepClustering, incompatible_keys) -> None:
+        module._joint, module._warm = bool(module.joint_phase), bool(module.g_count > 0)
 
     def schedule(self) -> tuple[float, float | None]:
         """(epsilon, reg_m) for the current epoch: the annealing of the class docstring."""
@@ -269,7 +278,7 @@ class DeepClustering(L.LightningModule):
         if hp.clustering == "soft_kmeans":
             return soft_kmeans_loss(z, centers, epsilon=epsilon), {"epsilon": epsilon}
         world = self.trainer.world_size if self._trainer is not None else 1
-        warm = self.g_last if self.g_count > 0 else None
+        warm = self.g_last if self._warm else None
         loss, res = ot_clustering_loss(
             z, centers, self.proportions, epsilon=epsilon, gradient=hp.gradient,
             max_iter=hp.sinkhorn_max_iter, tol=hp.sinkhorn_tol, reg_m=reg_m, g_init=warm,
@@ -289,6 +298,7 @@ class DeepClustering(L.LightningModule):
         finite = torch.isfinite(g)
         g = g - torch.where(finite, g, 0.0).sum() / finite.sum()
         self.g_count += 1
+        self._warm = True
         # Running mean, then an EMA over ~100 batches; on the device, so a GPU step never waits on the host.
         rate = self.g_count.reciprocal().clamp_min(0.01)
         self.g_avg.mul_(1 - rate).add_(rate * g)

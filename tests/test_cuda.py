@@ -59,10 +59,13 @@ def test_the_distributed_sinkhorn_runs_under_nccl():
 def test_a_fit_on_one_gpu_with_the_data_on_the_device_trains_draws_and_predicts(data_dir, tmp_path):
     args = ["--config", SMOKE, "--data.data_dir", str(data_dir), "--trainer.default_root_dir", str(tmp_path),
             "--trainer.accelerator", "gpu", "--trainer.devices", "1", "--data.init_args.on_device", "true"]
-    cli = main(["fit", *args, "--trainer.max_epochs", "2", "--figures.every_n_epochs", "1"])
+    # Pictures at epoch 1 (from device tensors) and at the end of fit, after Lightning's teardown has moved the
+    # module back to the CPU while the last evaluation's embeddings stay on the GPU.
+    cli = main(["fit", *args, "--trainer.max_epochs", "3", "--figures.every_n_epochs", "2"])
     # Lightning's teardown moves the module back to the CPU after fit; the strategy keeps the device it trained on.
     assert cli.trainer.strategy.root_device.type == "cuda" and cli.datamodule.fit_set.x.device.type == "cuda"
     assert float(cli.trainer.callback_metrics["val/acc"]) > 0.2
     assert (tmp_path / "figures" / "plan_epoch001.png").stat().st_size > 1000  # drawn from device tensors
+    assert (tmp_path / "figures" / "plan_final.png").stat().st_size > 1000
     main(["predict", *args, "--ckpt_path", str(tmp_path / "checkpoints" / "last.ckpt")])
     assert len((tmp_path / "predictions.csv").read_text().splitlines()) == 1 + len(cli.datamodule.fit_set)

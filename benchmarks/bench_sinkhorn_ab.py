@@ -1,0 +1,74 @@
+"""Two versions of ``ot_clustering_loss`` on one device, alternating blocks in one process: a code change's A/B.
+
+    git show REV:lit_otclust/ot.py > /tmp/ot_old.py
+    python -m benchmarks.bench_sinkhorn_ab --old /tmp/ot_old.py [--device cuda] [--noise 0.05]
+
+``--old`` is a copy of ``lit_otclust/ot.py`` from another revision (it imports only torch); the working tree's is
+"new". The problem looks like late training: 300 points around 10 centers in 10-d, epsilon 1e-2, tol 1e-5, warm
+``g``, each call on freshly jittered points (``--noise``). Prints the median ms of a loss and its backward over
+12 blocks of 20 calls, the median ratio of paired blocks, and on CUDA the host syncs, kernel launches and copies
+a call (``torch.profiler``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from lit_otclust import ot as new
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--old", required=True, help="path of the other revision's lit_otclust/ot.py")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--noise", type=float, default=0.05)
+    args = parser.parse_args()
+    spec = importlib.util.spec_from_file_location("ot_old", args.old)
+    old = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(old)
+    dev = args.device
+    sync = torch.cuda.synchronize if dev.startswith("cuda") else (lambda: None)
+    torch.manual_seed(0)
+    centers = torch.randn(10, 10, device=dev).requires_grad_()
+    z = (centers.detach()[torch.arange(300) % 10] + torch.randn(300, 10, device=dev)).requires_grad_()
+    w = torch.full((10,), 0.1, device=dev)
+    g0 = new.ot_clustering_loss(z, centers, w, epsilon=0.01, tol=1e-5)[1].g
+
+    def call(mod) -> int:
+        loss, res = mod.ot_clustering_loss(z + args.noise * torch.randn_like(z), centers, w, epsilon=0.01, tol=1e-5,
+                                           g_init=g0)
+        loss.backward()
+        return res.n_iter
+
+    times, iters = {"old": [], "new": []}, []
+    for block in range(12):
+        order = (("old", old), ("new", new)) if block % 2 == 0 else (("new", new), ("old", old))
+        for name, mod in order:
+            sync()
+            t = time.perf_counter()
+            iters += [call(mod) for _ in range(20)]
+            sync()
+            times[name].append((time.perf_counter() - t) / 20)
+    for name, ts in times.items():
+        print(f"{name}: {1e3 * statistics.median(ts):.2f} ms per loss+backward (median of 12 blocks of 20)")
+    print(f"mean Sinkhorn iterations + Newton steps a call: {statistics.mean(iters):.1f}")
+    print(f"new/old: {statistics.median([a / b for a, b in zip(times['new'], times['old'])]):.3f}")
+    if dev.startswith("cuda"):
+        for name, mod in (("old", old), ("new", new)):
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                for _ in range(20):
+                    call(mod)
+                sync()
+            counts = {e.key: e.count for e in prof.key_averages()}
+            print(name, "per call:", *(f"{k} {counts.get(k, 0) / 20}" for k in
+                                       ("cudaStreamSynchronize", "cudaLaunchKernel", "cudaMemcpyAsync")))
+
+
+if __name__ == "__main__":
+    main()
