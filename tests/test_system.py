@@ -132,6 +132,28 @@ def test_the_training_loss_weights_warm_starts_and_averages_as_documented():
     assert int(module.g_count) == 3
 
 
+def test_a_loaded_state_dict_restores_the_phase_and_the_warm_start():
+    """The step reads host copies of joint_phase and g_count > 0 (a GPU would stall on the buffers): loading a
+    checkpoint's state dict must refresh them, so the resumed module warm-starts from its g_last like the original."""
+    torch.manual_seed(0)
+    trained = DeepClustering(MLPAutoencoder(), num_clusters=4, epsilon=0.1)
+    trained.centers.data.normal_()
+    trained.joint = True
+    batch = (torch.rand(40, 784), torch.zeros(40, dtype=torch.long), torch.arange(40))
+    trained.training_step(batch, 0)
+    fresh = DeepClustering(MLPAutoencoder(), num_clusters=4, epsilon=0.1)
+    assert not fresh.joint
+    fresh.load_state_dict(trained.state_dict())
+    assert fresh.joint
+    loss = fresh.training_step(batch, 1)
+    z, x_hat = fresh.autoencoder(batch[0])
+    clust, _ = ot_clustering_loss(z, fresh.centers, torch.full((4,), 0.25), epsilon=0.1, g_init=trained.g_last,
+                                  tol=fresh.hparams.sinkhorn_tol)
+    torch.testing.assert_close(loss, (x_hat - batch[0]).pow(2).sum(1).mean() + clust)
+    fresh.load_state_dict(DeepClustering(MLPAutoencoder(), num_clusters=4, epsilon=0.1).state_dict())
+    assert not fresh.joint and not fresh._warm
+
+
 @pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")
 def test_the_algorithm1_solver_runs_the_papers_sinkhorn_cold_every_batch():
     """sinkhorn_solver='algorithm1': each batch's loss is the library's Algorithm 1 from b = 1 (no warm start from
