@@ -21,6 +21,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from benchmarks.bench_sinkhorn_ab import problem
 from lit_otclust import ot
 
 
@@ -32,11 +33,7 @@ def main() -> None:
     args = parser.parse_args()
     dev = args.device
     sync = torch.cuda.synchronize if dev.startswith("cuda") else (lambda: None)
-    torch.manual_seed(0)
-    centers = torch.randn(10, 10, device=dev).requires_grad_()
-    z = (centers.detach()[torch.arange(300) % 10] + torch.randn(300, 10, device=dev)).requires_grad_()
-    w = torch.full((10,), 0.1, device=dev)
-    g0 = ot.ot_clustering_loss(z, centers, w, epsilon=0.01, tol=1e-5)[1].g
+    z, centers, w, g0 = problem(dev)
     eager, compiled = ot._sinkhorn_inplace, torch.compile(ot._sinkhorn_inplace, dynamic=False)
 
     def call(block, zz: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
