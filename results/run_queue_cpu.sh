@@ -4,7 +4,7 @@
 #   nohup bash results/run_queue_cpu.sh > queue.log 2>&1 &
 # - CIFAR-10, 5 columns x 3 seeds x 20 epochs (results/run_cifar10_protocol_cpu.sh): complete on 2026-11-26 (every
 #   run skipped).
-# - MNIST Figure 2 at 200 epochs, 3 seeds a point (19 runs left after 2026-11-26's second session), three lanes, one epsilon each
+# - MNIST Figure 2 at 200 epochs, 3 seeds a point (18 runs left after 2026-11-26's second session), three lanes, one epsilon each
 #   (disjoint runs, so no run is started twice); then its table and figure (every run done: all skipped).
 # - When CIFAR-10's protocol lane ends, the same lane measures MNIST's loss weight on CIFAR-10
 #   (results/run_cifar10_lambda_cpu.sh: OT, lambda = 1/300, 20 epochs, seeds 0-2), then runs the ninth round of the
