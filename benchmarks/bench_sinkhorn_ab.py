@@ -16,6 +16,7 @@ import argparse
 import importlib.util
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -33,6 +34,35 @@ def problem(device: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torc
     return z, centers, w, new.ot_clustering_loss(z, centers, w, epsilon=0.01, tol=1e-5)[1].g
 
 
+def compare(calls: dict[str, Callable[[], object]], sync: Callable[[], None], device: str, blocks: int = 12,
+            per_block: int = 20) -> None:
+    """Time two calls in alternating blocks (the first leads in even blocks), print the median ms of each and the
+    median ratio of paired blocks (second / first); on CUDA also the host syncs, kernel launches and copies a call."""
+    (a, call_a), (b, call_b) = calls.items()
+    times: dict[str, list[float]] = {a: [], b: []}
+    for block in range(blocks):
+        order = [(a, call_a), (b, call_b)]
+        for name, call in order if block % 2 == 0 else order[::-1]:
+            sync()
+            t = time.perf_counter()
+            for _ in range(per_block):
+                call()
+            sync()
+            times[name].append((time.perf_counter() - t) / per_block)
+    for name, ts in times.items():
+        print(f"{name}: {1e3 * statistics.median(ts):.2f} ms per loss+backward (median of {blocks} blocks of {per_block})")
+    print(f"{b}/{a}: {statistics.median([y / x for x, y in zip(times[a], times[b])]):.3f}")
+    if device.startswith("cuda"):
+        for name, call in calls.items():
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                for _ in range(per_block):
+                    call()
+                sync()
+            counts = {e.key: e.count for e in prof.key_averages()}
+            print(name, "per call:", *(f"{k} {counts.get(k, 0) / per_block}" for k in
+                                       ("cudaStreamSynchronize", "cudaLaunchKernel", "cudaMemcpyAsync")))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--old", required=True, help="path of the other revision's lit_otclust/ot.py")
@@ -45,35 +75,16 @@ def main() -> None:
     dev = args.device
     sync = torch.cuda.synchronize if dev.startswith("cuda") else (lambda: None)
     z, centers, w, g0 = problem(dev)
+    iters = []
 
-    def call(mod) -> int:
+    def call(mod) -> None:
         loss, res = mod.ot_clustering_loss(z + args.noise * torch.randn_like(z), centers, w, epsilon=0.01, tol=1e-5,
                                            g_init=g0)
         loss.backward()
-        return res.n_iter
+        iters.append(res.n_iter)
 
-    times, iters = {"old": [], "new": []}, []
-    for block in range(12):
-        order = (("old", old), ("new", new)) if block % 2 == 0 else (("new", new), ("old", old))
-        for name, mod in order:
-            sync()
-            t = time.perf_counter()
-            iters += [call(mod) for _ in range(20)]
-            sync()
-            times[name].append((time.perf_counter() - t) / 20)
-    for name, ts in times.items():
-        print(f"{name}: {1e3 * statistics.median(ts):.2f} ms per loss+backward (median of 12 blocks of 20)")
+    compare({"old": lambda: call(old), "new": lambda: call(new)}, sync, dev)
     print(f"mean Sinkhorn iterations + Newton steps a call: {statistics.mean(iters):.1f}")
-    print(f"new/old: {statistics.median([a / b for a, b in zip(times['new'], times['old'])]):.3f}")
-    if dev.startswith("cuda"):
-        for name, mod in (("old", old), ("new", new)):
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                for _ in range(20):
-                    call(mod)
-                sync()
-            counts = {e.key: e.count for e in prof.key_averages()}
-            print(name, "per call:", *(f"{k} {counts.get(k, 0) / 20}" for k in
-                                       ("cudaStreamSynchronize", "cudaLaunchKernel", "cudaMemcpyAsync")))
 
 
 if __name__ == "__main__":

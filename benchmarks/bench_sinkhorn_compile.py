@@ -15,13 +15,11 @@ launches a call. Measured on this project's CPU only so far, where it checks the
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
-from benchmarks.bench_sinkhorn_ab import problem
+from benchmarks.bench_sinkhorn_ab import compare, problem
 from lit_otclust import ot
 
 
@@ -53,28 +51,8 @@ def main() -> None:
     print(f"first compiled call (compiles): {time.perf_counter() - t:.1f} s")
     loss_e, plan_e = call(eager, zz)
     print(f"compiled - eager: loss {abs(loss_c - loss_e).item():.3g}, plan max {(plan_c - plan_e).abs().max().item():.3g}")
-    times = {"eager": [], "compiled": []}
-    for block in range(args.blocks):
-        order = (("eager", eager), ("compiled", compiled))
-        for name, fn in order if block % 2 == 0 else order[::-1]:
-            sync()
-            t = time.perf_counter()
-            for _ in range(20):
-                call(fn, z + args.noise * torch.randn_like(z))
-            sync()
-            times[name].append((time.perf_counter() - t) / 20)
-    for name, ts in times.items():
-        print(f"{name}: {1e3 * statistics.median(ts):.2f} ms per loss+backward (median of {args.blocks} blocks of 20)")
-    print(f"compiled/eager: {statistics.median([c / e for c, e in zip(times['compiled'], times['eager'])]):.3f}")
-    if dev.startswith("cuda"):
-        for name, fn in (("eager", eager), ("compiled", compiled)):
-            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-                for _ in range(20):
-                    call(fn, z + args.noise * torch.randn_like(z))
-                sync()
-            counts = {e.key: e.count for e in prof.key_averages()}
-            print(name, "per call: cudaLaunchKernel", counts.get("cudaLaunchKernel", 0) / 20,
-                  "cudaStreamSynchronize", counts.get("cudaStreamSynchronize", 0) / 20)
+    compare({"eager": lambda: call(eager, z + args.noise * torch.randn_like(z)),
+             "compiled": lambda: call(compiled, z + args.noise * torch.randn_like(z))}, sync, dev, blocks=args.blocks)
 
 
 if __name__ == "__main__":

@@ -288,10 +288,11 @@ def _newton(cost, a, b, g, eps, max_steps, tol, reg_m, group):
                 half = torch.linalg.solve_triangular(chol, grad[:, None], upper=False)
                 direction = eps * torch.linalg.solve_triangular(chol.mT, half, upper=True)[:, 0]  # (K,)
                 trial = evaluate(g + direction)
-                reads = [(grad * direction).sum().detach(), *trial[4]]
-                slope, trial_f, trial_dual, new_err, *factored = read(
-                    *reads, *(() if eager else ((info == 0).to(grad.dtype),)))
-                ok = eager or factored[0]
+                values = [(grad * direction).sum().detach(), *trial[4]]
+                if not eager:  # whether the factorisation succeeded comes back with the trial's values
+                    values.append((info == 0).to(grad.dtype))
+                slope, trial_f, trial_dual, new_err, *factored = read(*values)
+                ok = all(factored)  # on the CPU nothing to read: a failed factorisation never got here
                 trial_value = trial_f + trial_dual
                 # Near the optimum F changes below its rounding, so a drop of the marginal error with F
                 # level (up to rounding) also counts as progress.
@@ -423,17 +424,13 @@ def sinkhorn(
         warnings.warn(f"fewer points ({n_total}) than clusters ({k}): some clusters must share points",
                       RuntimeWarning, stacklevel=2)
 
-    # Zero weights would put log(0) in the updates: solve on the support, pad with zero mass.
-    rows = torch.nonzero(a > 0)[:, 0] if a_zero else torch.arange(n, device=cost.device)
-    cols = torch.nonzero(b > 0)[:, 0] if b_zero else torch.arange(k, device=cost.device)
-    work = cost.to(dtype)
-    if a_zero or b_zero:
-        work = work[rows][:, cols]  # (n', K')
-    a_s, b_s = a.detach().to(dtype), b.detach().to(dtype)
+    work, a_s, b_s = cost.to(dtype), a.detach().to(dtype), b.detach().to(dtype)
     f0 = work.new_zeros(n) if f_init is None else f_init.detach().to(dtype)
     g0 = work.new_zeros(k) if g_init is None else g_init.detach().to(dtype)
-    if a_zero or b_zero:
-        a_s, b_s, f0, g0 = a_s[rows], b_s[cols], f0[rows], g0[cols]
+    support = a_zero or b_zero
+    if support:  # zero weights would put log(0) in the updates: solve on the support, pad with zero mass
+        rows, cols = torch.nonzero(a > 0)[:, 0], torch.nonzero(b > 0)[:, 0]
+        work, a_s, b_s, f0, g0 = work[rows][:, cols], a_s[rows], b_s[cols], f0[rows], g0[cols]  # (n', K'), ...
     warm = f_init is not None or g_init is not None
     epsilons = _epsilons(work.detach(), epsilon, epsilon_scaling and not warm, group)
     with torch.set_grad_enabled(differentiable):
@@ -448,7 +445,7 @@ def sinkhorn(
             f"Sinkhorn did not converge: column marginal error {err:.3g} > tol {tol:g} after {n_iter} "
             f"iterations (epsilon={epsilon:g}, max_iter={max_iter}, cost max {cost.max().item():.3g}); "
             "raise max_iter or epsilon, or loosen tol.", RuntimeWarning, stacklevel=2)
-    if len(rows) < n or len(cols) < k:
+    if support:
         plan = plan.new_zeros(n, k).index_put((rows[:, None], cols[None, :]), plan)
         f = f.new_full((n,), -math.inf).index_put((rows,), f)
         g = g.new_full((k,), -math.inf).index_put((cols,), g)
