@@ -6,7 +6,8 @@
 # 1. tests/test_cuda.py: the Sinkhorn and its gradient on the GPU against the CPU, the distributed Sinkhorn under
 #    NCCL (one rank a GPU, up to two), a fit with the data on the device that draws its pictures and predicts;
 # 2. where a step's time goes (benchmarks/bench_gpu_step.py: launches and host syncs a step, profiler top operators),
-#    and whether torch.compile of the Sinkhorn block cuts its launches (benchmarks/bench_sinkhorn_compile.py);
+#    what a sync-free step replayed as one CUDA graph costs (benchmarks/bench_gpu_graph.py), and whether
+#    torch.compile of the Sinkhorn block cuts its launches (benchmarks/bench_sinkhorn_compile.py);
 # 3. the time of `fit --config configs/mnist_ot.yaml` on one GPU, data on the device, EPOCHS epochs (default 10):
 #    per step, evaluation per epoch, and the 200-epoch estimate (issue #10's goal: under 2 minutes);
 # 4. with two GPUs or more, the same fit under DDP on two of them.
@@ -22,6 +23,7 @@ python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version
 tests_rc=0
 LIT_OTCLUST_DATA=$DATA python -m pytest -q -rs tests/test_cuda.py || tests_rc=$?
 python -m benchmarks.bench_gpu_step --data-dir "$DATA" --steps 100 || echo "bench_gpu_step failed (rc $?)"
+python -m benchmarks.bench_gpu_graph --data-dir "$DATA" || echo "bench_gpu_graph failed (rc $?)"
 python -m benchmarks.bench_sinkhorn_compile --device cuda || echo "bench_sinkhorn_compile failed (rc $?)"
 fit() {  # fit NAME EXTRA_ARGS...: time one fit on the GPU, data on the device (benchmarks/bench_fit.py --fit-only)
     echo "$1:"; shift
