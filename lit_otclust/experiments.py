@@ -355,9 +355,9 @@ def _save(fig, ax, path: Path) -> str:
     return str(path)
 
 
-def _grid_points(records: list[dict], dataset: str, key: str, grid_key: str,
-                 grid_default: float | None) -> dict[str, dict[float, list[float]]]:
-    """Final ``key`` per method and value of ``grid_key``. Runs without that key in their grid count at
+def _grid_runs(records: list[dict], dataset: str, key: str, grid_key: str,
+               grid_default: float | None) -> dict[str, dict[float, dict[int, float]]]:
+    """Final ``key`` per method, value of ``grid_key`` and seed. Runs without that key in their grid count at
     ``grid_default`` (the config's own value, e.g. the protocol's epsilon), or not at all if it is None; and only
     for a method with runs on the grid, with the seeds those runs have, so every point of a curve averages the
     same seeds (a protocol folder holds more seeds at the config's own value than its sweep runs elsewhere)."""
@@ -366,7 +366,7 @@ def _grid_points(records: list[dict], dataset: str, key: str, grid_key: str,
     for r in mine:
         if grid_key in r["grid"]:
             swept[r["method"]].add(r["seed"])
-    by: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    by: dict[str, dict[float, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
     for r in mine:
         if grid_key in r["grid"]:
             value = r["grid"][grid_key]
@@ -374,16 +374,42 @@ def _grid_points(records: list[dict], dataset: str, key: str, grid_key: str,
             value = grid_default
         else:
             continue
-        by[r["method"]][float(value)].append(r["final"][key])
+        by[r["method"]][float(value)][r["seed"]] = r["final"][key]
     return by
 
 
+def _grid_points(records: list[dict], dataset: str, key: str, grid_key: str,
+                 grid_default: float | None) -> dict[str, dict[float, list[float]]]:
+    """:func:`_grid_runs` without the seeds: the final values of each point, in seed order."""
+    return {method: {x: [v for _, v in sorted(runs.items())] for x, runs in points.items()}
+            for method, points in _grid_runs(records, dataset, key, grid_key, grid_default).items()}
+
+
+def _grid_markdown(by: dict[str, dict[float, dict[int, float]]], key: str, grid_key: str) -> str:
+    """Figure 2 as tables: mean ± std (runs) per method and value, then every run by seed."""
+    xs = sorted({x for points in by.values() for x in points})
+    head = "| method | " + " | ".join(f"{x:g}" for x in xs) + " |\n|---|" + "---|" * len(xs)
+    lines = [f"Final {key} by {grid_key}: mean ± std over seeds (runs).", "", head]
+    for method, points in sorted(by.items()):
+        cells = [f"{np.mean(list(points[x].values())):.3f} ± {np.std(list(points[x].values())):.3f} "
+                 f"({len(points[x])})" if x in points else "" for x in xs]
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    lines += ["", "By seed:", "", head.replace("| method |", "| method | seed |").replace("|---|", "|---|---|", 1)]
+    for method, points in sorted(by.items()):
+        for seed in sorted({s for runs in points.values() for s in runs}):
+            cells = [f"{points[x][seed]:.3f}" if seed in points.get(x, {}) else "" for x in xs]
+            lines.append(f"| {method} | {seed} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def figures(out: str, key: str = "val/acc", grid_key: str | None = None,
-            grid_default: float | None = None) -> list[str]:
+            grid_default: float | None = None, write_table: bool = False) -> list[str]:
     """PNGs: accuracy vs epoch per method (mean over seeds, band = ± std) of the runs without
     ``grid_key`` in their grid, and, if ``grid_key`` is given (e.g. ``model.epsilon``), final accuracy
     vs that setting per method (Figure 2 style, mean ± std over seeds), the other runs at ``grid_default`` if
-    given (see :func:`_grid_points`: the seeds of each point match).
+    given (see :func:`_grid_runs`: the seeds of each point match). Returns the PNGs' paths; with ``write_table``
+    (the command line's ``figures``), Figure 2's numbers also go to ``figure2_<data>.md``, which a notebook's
+    call leaves alone, like :func:`table`'s ``write``.
     """
     import matplotlib
 
@@ -411,6 +437,10 @@ def figures(out: str, key: str = "val/acc", grid_key: str | None = None,
             ax.set(xlabel="epoch", ylabel=key, title=f"{ds}: {key} per epoch (mean ± std over seeds)")
             written.append(_save(fig, ax, Path(out) / f"figure1_{ds}.png"))
         if grid_key:
+            if write_table:
+                table_path = Path(out) / f"figure2_{ds}.md"
+                table_path.write_text(_grid_markdown(_grid_runs(records, ds, key, grid_key, grid_default), key, grid_key))
+                print(table_path)
             by = _grid_points(records, ds, key, grid_key, grid_default)
             fig, ax = plt.subplots(figsize=(6, 4))
             for method, points in sorted(by.items()):
@@ -455,6 +485,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--key_b", default=None)
     p.add_argument("--against", type=float, default=None, help="a claimed difference to test (e.g. the paper's)")
     args = vars(parser.parse_args(argv))
+    if args["command"] == "figures":
+        args["write_table"] = True
     {"run": run, "table": table, "figures": figures, "compare": compare}[args.pop("command")](**args)
 
 

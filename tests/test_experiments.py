@@ -152,6 +152,13 @@ def test_figure2_points_put_runs_without_the_grid_key_at_the_configs_value(tmp_p
         0.01: pytest.approx([0.8, 0.9]), 1.0: [0.3, 0.5]}
     written = experiments.figures(str(tmp_path), grid_key="model.epsilon", grid_default=0.01)
     assert [Path(p).name for p in written] == ["figure1_mnist.png", "figure2_mnist.png"]
+    assert not (tmp_path / "figure2_mnist.md").exists()  # a notebook's call writes no table
+    experiments.main(["figures", "--out", str(tmp_path), "--grid_key", "model.epsilon", "--grid_default", "0.01"])
+    # The figure's numbers as tables: numpy's population std, as the error bars; seed 2 has no grid run, so no row.
+    table = (tmp_path / "figure2_mnist.md").read_text().splitlines()
+    assert "| ot | 0.850 ± 0.050 (2) | 0.400 ± 0.100 (2) |" in table
+    assert [line for line in table if line.startswith("| ot | ")][1:] == ["| ot | 0 | 0.800 | 0.300 |",
+                                                                          "| ot | 1 | 0.900 | 0.500 |"]
 
 
 def test_the_proxy_check_leaves_out_grid_runs(tmp_path):
