@@ -18,9 +18,10 @@ units, so :math:`\arg\max_k P_{ik} = \arg\min_k (C_{ik} - g_k)`.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
-from typing import NamedTuple
+from typing import Callable, NamedTuple, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -70,14 +71,35 @@ class SinkhornResult(NamedTuple):
     converged: bool
 
 
+_F = TypeVar("_F", bound=Callable)
+
+
+def _full_precision(fn: _F) -> _F:
+    """Runs ``fn`` with autocast off: under mixed precision (``trainer.precision=bf16-mixed``) autocast would run the
+    cost's and the solver's matrix products in bfloat16, whose 8-bit mantissa rounds a squared distance of 100 by
+    ~0.4, forty times the paper's epsilon. The first tensor argument names the device."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        device = next(a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)).device.type
+        if not torch.is_autocast_enabled(device):
+            return fn(*args, **kwargs)
+        with torch.autocast(device, enabled=False):
+            return fn(*args, **kwargs)
+    return wrapper  # type: ignore[return-value]
+
+
+@_full_precision
 def squared_distances(z: Tensor, centers: Tensor) -> Tensor:
     r""":math:`C_{ik} = \|z_i - \mu_k\|^2` for ``z`` (n, p) and ``centers`` (K, p), returned as (n, K).
 
     Expanded as :math:`\|z\|^2 + \|\mu\|^2 - 2 z^\top \mu` to stay O(nK) in memory; the expansion can round
-    slightly below zero, hence the clamp.
+    slightly below zero, hence the clamp. In float32 at least (float64 if either is): embeddings in bfloat16 or
+    float16, from a mixed-precision encoder, are promoted, with their gradient.
     """
     if z.dim() != 2 or centers.dim() != 2 or z.shape[1] != centers.shape[1]:
         raise ValueError(f"expected z (n, p) and centers (K, p), got {tuple(z.shape)} and {tuple(centers.shape)}")
+    dtype = torch.promote_types(torch.promote_types(z.dtype, centers.dtype), torch.float32)
+    z, centers = z.to(dtype), centers.to(dtype)
     sq = z.pow(2).sum(1, keepdim=True) + centers.pow(2).sum(1) - 2.0 * z @ centers.T  # (n, K)
     return sq.clamp_min(0.0)
 
@@ -325,6 +347,7 @@ def _solve(cost, a, b, f, g, epsilons, max_iter, tol, check_every, reg_m, group,
     return plan, f, g, n_iter + steps, err
 
 
+@_full_precision
 def sinkhorn(
     cost: Tensor,
     a: Tensor | None = None,
@@ -453,6 +476,7 @@ def sinkhorn(
     return SinkhornResult(plan.to(out), f.to(out), g.to(out), n_iter, err, converged)
 
 
+@_full_precision
 def sinkhorn_algorithm1(cost: Tensor, b: Tensor | None = None, *, epsilon: float, n_iter: int) -> SinkhornResult:
     r"""The paper's Algorithm 1 as written: ``n_iter`` Sinkhorn iterations from :math:`b = \mathbf{1}_K`, no stopping rule.
 
@@ -505,6 +529,7 @@ def _objective(plan: Tensor, log_plan: Tensor, cost: Tensor, epsilon: float) -> 
     return (cost * plan).sum() + epsilon * entropy.sum()
 
 
+@_full_precision
 def ot_clustering_loss(
     z: Tensor,
     centers: Tensor,
@@ -582,6 +607,7 @@ def ot_clustering_loss(
     return loss, detached
 
 
+@_full_precision
 def soft_kmeans_loss(z: Tensor, centers: Tensor, *, epsilon: float) -> Tensor:
     r"""The one-marginal objective of Proposition 2 (the DKM loss of Fard et al.), at its optimum.
 

@@ -405,7 +405,10 @@ class DeepClustering(L.LightningModule):
     # ---- assignments --------------------------------------------------------------------------
     @torch.no_grad()
     def embed(self, x: Tensor) -> Tensor:
-        return self.autoencoder.encoder(x)
+        """(B, p) embeddings of ``x``, in float32 at least: under ``trainer.precision=bf16-mixed`` the encoder runs in
+        bfloat16, and what evaluation, the pictures and k-means read of them is computed in full precision."""
+        z = self.autoencoder.encoder(x)
+        return z.to(torch.promote_types(z.dtype, torch.float32))
 
     def assign(self, z: Tensor, rule: Literal["distance", "potential"] | None = None) -> Tensor:
         """Cluster of each embedding, (B,): argmin_k ||z - mu_k||^2 (minus g_k for ``potential``)."""

@@ -285,6 +285,24 @@ def test_heldout_scored_on_the_fitted_pass_equals_the_test_loop(data_dir, tmp_pa
             assert float(val[f"heldout/{key}"]) == float(val[f"val/{key}"]), key
 
 
+def test_a_bf16_mixed_fit_trains_draws_and_evaluates_in_full_precision(data_dir, tmp_path):
+    """``--trainer.precision bf16-mixed`` (bfloat16 matrix products, ~1.7x faster MNIST steps on CPUs with AMX):
+    the autoencoder runs in bfloat16, the OT loss, the evaluation and the pictures in float32. It crashed in the
+    final pictures before (bfloat16 embeddings against float32 centers)."""
+    cli = fit(data_dir, tmp_path / "bf16", "--trainer.precision", "bf16-mixed", "--trainer.logger", "false")
+    module = cli.trainer.lightning_module
+    assert cli.trainer.precision == "bf16-mixed"
+    _, _, z = module.eval_embeddings["val"]
+    assert z.dtype == torch.float32 and torch.isfinite(module.g_avg).all()
+    assert (tmp_path / "bf16" / "figures" / "plan_final.png").exists()
+    bf16 = cli.trainer.callback_metrics
+    assert float(bf16["train/sinkhorn_unconverged"]) == 0
+    # Against the same run in float32 (measured: loss 50.568 against 50.548, val/acc 0.279 against 0.271).
+    full = fit(data_dir, tmp_path / "fp32", "--trainer.logger", "false").trainer.callback_metrics
+    assert float(bf16["train/loss"]) == pytest.approx(float(full["train/loss"]), rel=0.01)
+    assert float(bf16["val/acc"]) == pytest.approx(float(full["val/acc"]), abs=0.05)
+
+
 def test_validate_test_and_predict_from_a_checkpoint(data_dir, tmp_path):
     fit(data_dir, tmp_path, "--trainer.logger", "false")
     last = str(tmp_path / "checkpoints" / "last.ckpt")

@@ -343,3 +343,28 @@ def test_the_docstring_examples_run():
 
     result = doctest.testmod(lit_otclust.ot)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_the_losses_run_in_full_precision_under_autocast_and_promote_low_precision_embeddings():
+    """Under ``torch.autocast`` (``trainer.precision=bf16-mixed``) the cost, the Sinkhorn and both losses give exactly
+    what they give outside it (a bfloat16 product would round a squared distance of ~50 by ~0.2, far above
+    epsilon); embeddings in bfloat16 are promoted to float32, with their gradient."""
+    torch.manual_seed(0)
+    z, centers = 3 * torch.randn(60, 4), 3 * torch.randn(5, 4)
+    cost = squared_distances(z, centers)
+    loss, res = ot_clustering_loss(z, centers, epsilon=0.01, tol=1e-6)
+    soft = soft_kmeans_loss(z, centers, epsilon=0.01)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert (z @ centers.T).dtype == torch.bfloat16  # autocast is on: a bare product rounds
+        cost_ac = squared_distances(z, centers)
+        loss_ac, res_ac = ot_clustering_loss(z, centers, epsilon=0.01, tol=1e-6)
+        soft_ac = soft_kmeans_loss(z, centers, epsilon=0.01)
+        assert torch.is_autocast_enabled("cpu")  # and back on after each call
+    assert cost_ac.dtype == torch.float32 and torch.equal(cost_ac, cost)
+    assert torch.equal(loss_ac, loss) and torch.equal(res_ac.plan, res.plan) and torch.equal(soft_ac, soft)
+    zb = z.bfloat16().requires_grad_()
+    cost_b = squared_distances(zb, centers)
+    assert cost_b.dtype == torch.float32
+    torch.testing.assert_close(cost_b, squared_distances(zb.detach().float(), centers), rtol=0, atol=0)
+    cost_b.sum().backward()
+    assert zb.grad.dtype == torch.bfloat16 and torch.isfinite(zb.grad.float()).all()
