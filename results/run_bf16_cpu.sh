@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Does bfloat16 mixed precision change where OT training ends? `--trainer.precision bf16-mixed` runs the autoencoder's
 # matrix products in bfloat16 (the OT loss, evaluation and pictures stay in float32: lit_otclust/ot.py's
-# _full_precision): on this project's CPUs, which have AMX, an MNIST step is ~1.7x and a CIFAR-10 step ~1.9x faster
+# _full_precision): on this project's CPUs, which have AMX, fit's MNIST steps are 1.24x and CIFAR-10 steps 1.52x faster
 # (benchmarks/bench_bf16.py). Before README recommends it: OT from scratch, 40 epochs (the recipe study's proxy),
 # seeds 0-2, each seed in float32 and in bfloat16 with the same code, paired by seed:
 #   python -m lit_otclust.experiments compare --a results/study_bf16:mnist_ot:precision=bf16-mixed \
