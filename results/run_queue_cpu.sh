@@ -5,8 +5,8 @@
 # Complete, and so no longer queued (rerunning any of them skips every run): CIFAR-10's 20-epoch protocol
 # (results/run_cifar10_protocol_cpu.sh), MNIST's lambda on CIFAR-10 (run_cifar10_lambda_cpu.sh), epsilon annealing
 # at 200 epochs (run_anneal_cpu.sh), the bfloat16 study (run_bf16_cpu.sh).
-# - MNIST Figure 2 at 200 epochs, 3 seeds a point (9 runs left at the start of 2026-11-26's fourth session, all
-#   seed 2), three lanes, one epsilon each (disjoint runs, so no run is started twice);
+# - MNIST Figure 2 at 200 epochs, 3 seeds a point (complete on 2026-11-26, fourth session: every run skips),
+#   three lanes, one epsilon each (disjoint runs, so no run is started twice);
 # - then in each lane one seed of CIFAR-10 at 100 epochs (results/run_cifar10_long_cpu.sh: OT and soft k-means, then
 #   OT at lambda = 1/300; ~2-3 sessions).
 # Three 1-thread lanes on the 2 cores, so that no core idles.
