@@ -9,8 +9,9 @@
 # p = 0.70, results/study_bf16/). Its first 20 epochs see the learning rate of the 20-epoch float32 runs, so
 # pairing them at epoch 19 measures bfloat16 on CIFAR-10 too:
 #   python -m lit_otclust.experiments compare --a results/cifar10_long:cifar10_ot --b results/cifar10_protocol:cifar10_ot --epoch 19
-# Estimate: float32 ran ~1.15 CIFAR-10 epochs a minute over three 1-thread lanes (2026-11-25), bfloat16 ~1.6x that,
-# so the 6 runs at lambda = 1 (600 epochs) ~5-6 h, two working sessions; the lambda = 1/300 runs ~3 h more.
+# Measured on 2026-11-26's fourth session's machine: ~1.4 epochs a minute in each of three 1-thread lanes, so ~70 min
+# a run: the 6 runs at lambda = 1 ~2.5 h, the lambda = 1/300 runs ~1.2 h more (float32 had run ~0.4 epochs a minute
+# a lane on 2026-11-25's machine).
 # Three lanes, one seed each (a seed's pair lands together); resumable like the others.
 set -euo pipefail
 cd "$(dirname "$0")/.."
