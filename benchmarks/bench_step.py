@@ -42,12 +42,34 @@ from benchmarks.bare_loop import train_steps
 from benchmarks.bench_fit import REPO
 
 
-class Interleave(L.Callback):
-    """Every ``block`` training steps, time ``block`` bare and by-hand steps; write the blocks' times to ``path``."""
+COUNTED = ("aten::item", "cudaStreamSynchronize", "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync")
 
-    def __init__(self, path: str, block: int = 20) -> None:
-        self.path, self.block = path, block
+
+def _sync(module: torch.nn.Module) -> None:
+    """Wait for the accelerator, so a block's time is its work, not its launches (a no-op on the CPU)."""
+    if module.device.type == "cuda":
+        torch.cuda.synchronize(module.device)
+
+
+def _counts(prof: torch.profiler.profile, steps: int) -> dict[str, float]:
+    """Per step: host syncs (``aten::item``, ``cudaStreamSynchronize``), kernel launches and copies, and all
+    ``aten::`` operator calls (each one a dispatch the host pays, on any device)."""
+    events = prof.key_averages()
+    counts = {e.key: e.count / steps for e in events if e.key in COUNTED}
+    counts["aten ops"] = sum(e.count for e in events if e.key.startswith("aten::")) / steps
+    return counts
+
+
+class Interleave(L.Callback):
+    """Every ``block`` training steps, time ``block`` bare and by-hand steps; write the blocks' times to ``path``.
+    The blocks numbered ``profile_block`` (counting from 0) run under ``torch.profiler`` instead, and their
+    per-step counts of host syncs, launches and operator calls are written too."""
+
+    def __init__(self, path: str, block: int = 20, profile_block: int = -1) -> None:
+        self.path, self.block, self.profile_block = path, block, profile_block
         self.rows: list[dict] = []
+        self.profiled: dict[str, dict[str, float]] = {}
+        self._prof: torch.profiler.profile | None = None
         self._bare = self._hand = None
         self._start, self._count, self._iters = 0.0, 0, 0.0
 
@@ -73,8 +95,23 @@ class Interleave(L.Callback):
         if batch_idx == 0:  # a block never spans the evaluation between epochs
             self._restart(pl_module)
 
+    def _profiling(self) -> bool:
+        return len(self.rows) == self.profile_block and not self.profiled
+
+    def _profiler(self, pl_module) -> torch.profiler.profile:
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if pl_module.device.type == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        return torch.profiler.profile(activities=activities)
+
     def _restart(self, pl_module) -> None:
+        _sync(pl_module)
         self._count, self._iters = 0, float(pl_module._train_sums.get("sinkhorn_iters", 0.0))
+        if self._prof is not None:  # a profiled block cut by the epoch's end: profile the next one whole
+            self._prof.__exit__(None, None, None)
+            self._prof = None
+        if self._profiling():
+            self._prof = self._profiler(pl_module).__enter__()
         self._start = time.perf_counter()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -83,7 +120,12 @@ class Interleave(L.Callback):
         self._count += 1
         if self._count < self.block:
             return
+        _sync(pl_module)
         fit_s = time.perf_counter() - self._start
+        profiling = self._prof is not None
+        if profiling:
+            self._prof.__exit__(None, None, None)
+            self.profiled["fit"], self._prof = _counts(self._prof, self.block), None
         fit_iters = (float(pl_module._train_sums["sinkhorn_iters"]) - self._iters) / self.block
         hp, data = pl_module.hparams, trainer.datamodule.fit_set
         batch_size = len(batch[0])
@@ -94,6 +136,7 @@ class Interleave(L.Callback):
             start = time.perf_counter()
             g, iters = train_steps(model, centers, opt, data.x, batches, pl_module.proportions, hp.clustering_weight,
                                    g, epsilon=hp.epsilon, tol=hp.sinkhorn_tol, max_iter=hp.sinkhorn_max_iter)
+            _sync(pl_module)
             seconds = time.perf_counter() - start
             self._bare[3], self._bare_iters = g, sum(iters) / len(iters)
             return seconds
@@ -108,17 +151,30 @@ class Interleave(L.Callback):
                 loss.backward()
                 module.on_before_optimizer_step(opt)
                 opt.step()
+            _sync(pl_module)
             return time.perf_counter() - start
 
+        def measured(name: str, run) -> float:
+            if not profiling:
+                return run()
+            with self._profiler(pl_module) as prof:
+                seconds = run()
+            self.profiled[name] = _counts(prof, self.block)
+            return seconds
+
         order = (("bare", bare), ("hand", by_hand)) if len(self.rows) % 2 == 0 else (("hand", by_hand), ("bare", bare))
-        seconds = {name: run() for name, run in order}
+        seconds = {name: measured(name, run) for name, run in order}
+        if profiling:  # the profiled block's times are the profiler's, not the step's: not a row
+            self.profile_block = -1
+            self._restart(pl_module)
+            return
         ms = 1e3 / self.block
         self.rows.append({"epoch": trainer.current_epoch, "fit_ms": fit_s * ms, "hand_ms": seconds["hand"] * ms,
                           "bare_ms": seconds["bare"] * ms, "fit_iters": fit_iters, "bare_iters": self._bare_iters})
         self._restart(pl_module)
 
     def on_fit_end(self, trainer, pl_module) -> None:
-        Path(self.path).write_text(json.dumps(self.rows))
+        Path(self.path).write_text(json.dumps({"rows": self.rows, "profiled": self.profiled}))
 
 
 def main() -> None:
@@ -128,6 +184,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--block", type=int, default=20, help="steps of each kind between switches")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--profile-block", type=int, default=-1,
+                        help="run this block (from 0) of each kind under torch.profiler and print its counts a step")
     args, fit_args = parser.parse_known_args()
     env = {**os.environ, "WANDB_MODE": os.environ.get("WANDB_MODE", "offline"), "WANDB_SILENT": "true"}
     if args.threads:
@@ -138,11 +196,13 @@ def main() -> None:
                "--trainer.max_epochs", str(args.epochs), "--data.data_dir", str(Path(args.data_dir).resolve()),
                "--trainer.default_root_dir", f"{tmp}/run", "--trainer.enable_progress_bar", "true",
                "--trainer.callbacks+=benchmarks.bench_step.Interleave", f"--trainer.callbacks.init_args.path={out}",
-               f"--trainer.callbacks.init_args.block={args.block}", *fit_args]
+               f"--trainer.callbacks.init_args.block={args.block}",
+               f"--trainer.callbacks.init_args.profile_block={args.profile_block}", *fit_args]
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-        rows = json.loads(out.read_text())
+        record = json.loads(out.read_text())
+        rows, profiled = record["rows"], record["profiled"]
     print(f"{args.dataset}, {args.epochs} epochs, threads {args.threads or torch.get_num_threads()}, "
           f"{len(rows)} blocks of {args.block} steps each of fit, by hand and bare")
     print("  epoch | blocks | fit ms/step | by hand | bare | fit/bare | hand/bare | fit/hand | Sinkhorn iters fit / bare")
@@ -161,6 +221,8 @@ def main() -> None:
               f"(quartiles {q1:.3f}-{q3:.3f}, {len(ratios)} blocks)")
     print(f"  median ms a step: fit {statistics.median(r['fit_ms'] for r in rows):.2f}, by hand "
           f"{statistics.median(r['hand_ms'] for r in rows):.2f}, bare {statistics.median(r['bare_ms'] for r in rows):.2f}")
+    for name, counts in profiled.items():
+        print(f"  profiled block, {name}, a step: " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(counts.items())))
 
 
 if __name__ == "__main__":
