@@ -8,7 +8,7 @@
 # - MNIST Figure 2 at 200 epochs, 3 seeds a point (complete on 2026-11-26, fourth session: every run skips),
 #   three lanes, one epsilon each (disjoint runs, so no run is started twice);
 # - then in each lane one seed of CIFAR-10 at 100 epochs (results/run_cifar10_long_cpu.sh: OT and soft k-means, then
-#   OT at lambda = 1/300; ~1.5 sessions).
+#   OT at lambda = 1/300; complete on 2026-11-26, seventh session: every run skips).
 # Three 1-thread lanes on the 2 cores, so that no core idles.
 set -euo pipefail
 cd "$(dirname "$0")/.."
