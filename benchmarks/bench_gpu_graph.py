@@ -76,6 +76,57 @@ def fixed_solve(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: torch.T
     return log_plan, g
 
 
+
+def line_search_solve(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: torch.Tensor, eps: float, iters: int,
+                      trials: int, dampings: tuple[float, ...] = (1e-10, 1e-5, 1e-3, 1e-1, 10.0),
+                      lengths: tuple[float, ...] = (1.0, 0.5, 0.25, 0.125, 1 / 16)) -> tuple[torch.Tensor, torch.Tensor]:
+    """``fixed_solve``'s problem and outputs, with every trial's choices made at once instead of one after another:
+    each trial factorises the semi-dual Hessian at all ``dampings`` (times max q) as one batched Cholesky, and
+    evaluates each damped Newton step at each of the step ``lengths``, all the candidates as one (D * L, n, K)
+    batch; g moves to the candidate with the smallest column error among those that do not lower the semi-dual F
+    below its rounding, or stays. A damped trial that fails is a trial spent (``fixed_solve`` raises its damping and
+    tries again on the next); here the next damping is already in the batch, so on a GPU a trial costs about the
+    launches of one damped trial and wastes none."""
+    log_a, log_b = a.log(), b.log()
+    for _ in range(iters):
+        f = eps * (log_a - torch.logsumexp((g - cost) / eps, 1))  # (n,)
+        g = eps * (log_b - torch.logsumexp((f[:, None] - cost) / eps, 0))  # (K,)
+    def constants(values: tuple[float, ...]) -> torch.Tensor:  # fills, not a host copy: a CUDA graph captures them
+        out = torch.empty(len(values), dtype=cost.dtype, device=cost.device)
+        for i, v in enumerate(values):
+            out[i] = v
+        return out
+
+    damp, steps = constants(dampings), constants(lengths)  # (D,), (L,)
+    eye = torch.eye(len(b), dtype=cost.dtype, device=cost.device)
+
+    def evaluate(gs: torch.Tensor) -> tuple[torch.Tensor, ...]:  # gs (C, K): plans (C, n, K), F (C,), errors (C,)
+        log_plan = (gs[:, None, :] - cost) / eps  # (C, n, K)
+        lse = torch.logsumexp(log_plan, 2, keepdim=True)  # (C, n, 1)
+        log_plan = log_plan + (log_a[:, None] - lse)
+        plan = log_plan.exp()
+        value = (a * eps * (log_a - lse[..., 0])).sum(1) + gs @ b  # <a, f> + <b, g>, (C,)
+        err = (b - plan.sum(1)).abs().sum(1)  # (C,)
+        return log_plan, plan, value, err
+
+    log_plan, plan, value, err = (t[0] for t in evaluate(g[None]))
+    for _ in range(trials):
+        q = plan.sum(0)  # (K,)
+        hess = torch.diag(q) - plan.T @ (plan / a[:, None])  # (K, K), PSD, the gauge its null direction
+        chol, info = torch.linalg.cholesky_ex(hess + damp[:, None, None] * q.max() * eye)  # (D, K, K)
+        directions = eps * torch.cholesky_solve((b - q)[None, :, None].expand(len(damp), -1, 1), chol)[..., 0]
+        cands = (g + (steps[:, None, None] * directions).reshape(-1, len(b)))  # (L * D, K)
+        c_log_plan, c_plan, c_value, c_err = evaluate(cands)
+        factored = (info == 0).repeat(len(steps))  # (L * D,), in cands' order
+        usable = factored & torch.isfinite(c_err) & (c_value >= value - 1e-13 * (1.0 + value.abs()))
+        pick = torch.where(usable, c_err, torch.inf).argmin().reshape(1)
+        # index_select, not t[pick]: indexing by a 0-d tensor may read it back to the host, which a graph forbids.
+        chosen = [t.index_select(0, pick)[0] for t in (usable, cands, c_log_plan, c_plan, c_value, c_err)]
+        ok = chosen[0] & (chosen[5] < err)
+        g, log_plan, plan, value, err = (torch.where(ok, new, old) for new, old in
+                                         zip(chosen[1:], (g, log_plan, plan, value, err)))
+    return log_plan, g
+
 class SyncFreeStep:
     """One training step whose every tensor has a fixed address and shape, so a CUDA graph can replay it.
 
@@ -85,8 +136,10 @@ class SyncFreeStep:
     """
 
     def __init__(self, model: torch.nn.Module, centers: torch.Tensor, opt: torch.optim.Optimizer, x: torch.Tensor,
-                 w: torch.Tensor, batch: int, lam: float, eps: float, iters: int, trials: int) -> None:
+                 w: torch.Tensor, batch: int, lam: float, eps: float, iters: int, trials: int,
+                 solve=None) -> None:
         self.model, self.centers, self.opt, self.x, self.w = model, centers, opt, x, w
+        self.solve = solve or fixed_solve  # fixed_solve or line_search_solve
         self.lam, self.eps, self.iters, self.trials = lam, eps, iters, trials
         dev = x.device
         self.idx = torch.zeros(batch, dtype=torch.long, device=dev)
@@ -101,7 +154,7 @@ class SyncFreeStep:
         recon = (x_hat - xb).pow(2).sum(1).mean()
         cost = squared_distances(z, self.centers)  # (m, K)
         with torch.no_grad():  # in float64, as sinkhorn picks it at these costs (max|C| > 1e-5 * eps / 1.2e-7)
-            log_plan, g = fixed_solve(cost.detach().double(), self.a, self.w.double(), self.g, self.eps, self.iters,
+            log_plan, g = self.solve(cost.detach().double(), self.a, self.w.double(), self.g, self.eps, self.iters,
                                       self.trials)
             self.g.copy_(g - (self.w * g).sum())  # the gauge <w, g> = 0, as sinkhorn returns it
             log_plan = log_plan.float()
@@ -127,6 +180,8 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--iters", type=int, default=3, help="Sinkhorn iterations a step, before the Newton trials")
     parser.add_argument("--trials", type=int, default=30, help="Newton trials a step")
+    parser.add_argument("--solver", choices=["damped", "batched"], default="damped",
+                        help="damped: fixed_solve; batched: line_search_solve (5 dampings x 5 lengths a trial)")
     parser.add_argument("--steps", type=int, default=200, help="steps a timing")
     parser.add_argument("--check", type=int, default=20, help="steps of the graph-against-eager comparison")
     parser.add_argument("--epochs", type=int, default=3)
@@ -147,7 +202,8 @@ def main() -> None:
     centers = torch.nn.Parameter(torch.as_tensor(km.cluster_centers_, dtype=torch.float32, device=dev))
     opt = torch.optim.Adam([*model.parameters(), centers], lr=1e-3, fused=True, **({"capturable": True} if cuda else {}))
     w = torch.full((10,), 0.1, device=dev)
-    step = SyncFreeStep(model, centers, opt, x, w, m, lam, eps, args.iters, args.trials)
+    solve = fixed_solve if args.solver == "damped" else line_search_solve
+    step = SyncFreeStep(model, centers, opt, x, w, m, lam, eps, args.iters, args.trials, solve)
     steps_per_epoch = len(x) // m
 
     def indices(n_steps: int) -> list[torch.Tensor]:
@@ -160,10 +216,11 @@ def main() -> None:
             step()
 
     print(f"device {torch.cuda.get_device_name(0) if cuda else 'cpu'}, torch {torch.__version__}, "
-          f"{args.iters} Sinkhorn iterations and {args.trials} Newton trials a sync-free step, {args.steps} steps a timing")
+          f"{args.iters} Sinkhorn iterations and {args.trials} {args.solver} Newton trials a sync-free step, "
+          f"{args.steps} steps a timing")
     with torch.no_grad():  # the solve against sinkhorn's on one batch, from a cold start
         cost = squared_distances(model.encoder(x[:m]), centers).double()
-        log_plan, _ = fixed_solve(cost, step.a, w.double(), torch.zeros_like(step.g), eps, args.iters, args.trials)
+        log_plan, _ = solve(cost, step.a, w.double(), torch.zeros_like(step.g), eps, args.iters, args.trials)
         ref = sinkhorn(cost, None, w.double(), epsilon=eps, tol=1e-7, max_iter=10_000).plan
         print(f"one batch, cold start: largest plan difference to sinkhorn's (tol 1e-7) "
               f"{(log_plan.exp() - ref).abs().max().item():.2e} (entries of 1/{m} at most)")

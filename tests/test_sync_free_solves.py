@@ -1,0 +1,40 @@
+"""The sync-free solves of ``benchmarks/bench_gpu_graph.py`` (the CUDA-graph step issue #10's GPU goal needs):
+fixed iterations and Newton trials decided on the device, so they must reach the plan POT computes, and the
+batched trials must never move away from it."""
+
+from __future__ import annotations
+
+import ot as pot
+import pytest
+import torch
+
+from benchmarks.bench_gpu_graph import fixed_solve, line_search_solve
+from lit_otclust.ot import sinkhorn, squared_distances
+from _problems import _problem
+
+
+@pytest.mark.parametrize("solve", [fixed_solve, line_search_solve], ids=["damped", "batched"])
+@pytest.mark.parametrize("epsilon", [0.5, 0.05])
+def test_a_cold_sync_free_solve_is_pots_plan(solve, epsilon):
+    z, centers, a, b = _problem(60, 6, 3)
+    cost = squared_distances(z, centers)
+    log_plan, g = solve(cost, a, b, torch.zeros(6, dtype=torch.float64), epsilon, 3, 30)
+    ref = pot.sinkhorn(a, b, cost, epsilon, method="sinkhorn_log", stopThr=1e-13, numItermax=100_000)
+    assert (log_plan.exp() - ref).abs().max().item() < 1e-9
+    assert torch.allclose(log_plan.exp().sum(1), a, atol=1e-14)  # rows exact by construction
+
+
+def test_batched_trials_only_lower_the_column_error_and_reach_the_solved_plan():
+    # Warm-started near a solution, as in training: the next batch's problem from this one's g.
+    z, centers, a, b = _problem(300, 10, 5, p=10)
+    cost = squared_distances(z, centers) * 20  # plans nearly hard at this epsilon, where damped trials fail often
+    eps = 0.01
+    solved = sinkhorn(cost, a, b, epsilon=eps, tol=1e-12, max_iter=100_000)
+    g0 = solved.g + 0.05 * torch.randn(10, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    errors = []
+    for trials in range(0, 31, 2):
+        log_plan, _ = line_search_solve(cost, a, b, g0, eps, 3, trials)
+        errors.append((log_plan.exp().sum(0) - b).abs().sum().item())
+    assert all(later <= earlier for earlier, later in zip(errors, errors[1:])), errors
+    log_plan, _ = line_search_solve(cost, a, b, g0, eps, 3, 60)
+    assert (log_plan.exp() - solved.plan).abs().max().item() < 1e-8
