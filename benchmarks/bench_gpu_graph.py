@@ -77,9 +77,9 @@ def fixed_solve(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: torch.T
 
 
 
-def line_search_solve(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: torch.Tensor, eps: float, iters: int,
-                      trials: int, dampings: tuple[float, ...] = (1e-10, 1e-5, 1e-3, 1e-1, 10.0),
-                      lengths: tuple[float, ...] = (1.0, 0.5, 0.25, 0.125, 1 / 16)) -> tuple[torch.Tensor, torch.Tensor]:
+def batched_solve(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: torch.Tensor, eps: float, iters: int,
+                  trials: int, dampings: tuple[float, ...] = (1e-10, 1e-5, 1e-3, 1e-1, 10.0),
+                  lengths: tuple[float, ...] = (1.0, 0.5, 0.25, 0.125, 1 / 16)) -> tuple[torch.Tensor, torch.Tensor]:
     """``fixed_solve``'s problem and outputs, with every trial's choices made at once instead of one after another:
     each trial factorises the semi-dual Hessian at all ``dampings`` (times max q) as one batched Cholesky, and
     evaluates each damped Newton step at each of the step ``lengths``, all the candidates as one (D * L, n, K)
@@ -91,6 +91,7 @@ def line_search_solve(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: t
     for _ in range(iters):
         f = eps * (log_a - torch.logsumexp((g - cost) / eps, 1))  # (n,)
         g = eps * (log_b - torch.logsumexp((f[:, None] - cost) / eps, 0))  # (K,)
+
     def constants(values: tuple[float, ...]) -> torch.Tensor:  # fills, not a host copy: a CUDA graph captures them
         out = torch.empty(len(values), dtype=cost.dtype, device=cost.device)
         for i, v in enumerate(values):
@@ -115,7 +116,7 @@ def line_search_solve(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: t
         hess = torch.diag(q) - plan.T @ (plan / a[:, None])  # (K, K), PSD, the gauge its null direction
         chol, info = torch.linalg.cholesky_ex(hess + damp[:, None, None] * q.max() * eye)  # (D, K, K)
         directions = eps * torch.cholesky_solve((b - q)[None, :, None].expand(len(damp), -1, 1), chol)[..., 0]
-        cands = (g + (steps[:, None, None] * directions).reshape(-1, len(b)))  # (L * D, K)
+        cands = g + (steps[:, None, None] * directions).reshape(-1, len(b))  # (L * D, K)
         c_log_plan, c_plan, c_value, c_err = evaluate(cands)
         factored = (info == 0).repeat(len(steps))  # (L * D,), in cands' order
         usable = factored & torch.isfinite(c_err) & (c_value >= value - 1e-13 * (1.0 + value.abs()))
@@ -139,7 +140,7 @@ class SyncFreeStep:
                  w: torch.Tensor, batch: int, lam: float, eps: float, iters: int, trials: int,
                  solve=None) -> None:
         self.model, self.centers, self.opt, self.x, self.w = model, centers, opt, x, w
-        self.solve = solve or fixed_solve  # fixed_solve or line_search_solve
+        self.solve = solve or fixed_solve  # fixed_solve or batched_solve
         self.lam, self.eps, self.iters, self.trials = lam, eps, iters, trials
         dev = x.device
         self.idx = torch.zeros(batch, dtype=torch.long, device=dev)
@@ -181,7 +182,7 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=3, help="Sinkhorn iterations a step, before the Newton trials")
     parser.add_argument("--trials", type=int, default=30, help="Newton trials a step")
     parser.add_argument("--solver", choices=["damped", "batched"], default="damped",
-                        help="damped: fixed_solve; batched: line_search_solve (5 dampings x 5 lengths a trial)")
+                        help="damped: fixed_solve; batched: batched_solve (5 dampings x 5 lengths a trial)")
     parser.add_argument("--steps", type=int, default=200, help="steps a timing")
     parser.add_argument("--check", type=int, default=20, help="steps of the graph-against-eager comparison")
     parser.add_argument("--epochs", type=int, default=3)
@@ -202,7 +203,7 @@ def main() -> None:
     centers = torch.nn.Parameter(torch.as_tensor(km.cluster_centers_, dtype=torch.float32, device=dev))
     opt = torch.optim.Adam([*model.parameters(), centers], lr=1e-3, fused=True, **({"capturable": True} if cuda else {}))
     w = torch.full((10,), 0.1, device=dev)
-    solve = fixed_solve if args.solver == "damped" else line_search_solve
+    solve = fixed_solve if args.solver == "damped" else batched_solve
     step = SyncFreeStep(model, centers, opt, x, w, m, lam, eps, args.iters, args.trials, solve)
     steps_per_epoch = len(x) // m
 

@@ -19,7 +19,9 @@ block of the fit and its references lie within ~2 s of each other and drifts of 
 in their ratio. fit / by hand is Lightning's loop (hooks, closure, data fetching, progress bar,
 loggers); by hand / bare is what the system computes beyond the bare loop (assignments, train/acc,
 the plan's statistics, the finite checks). Sinkhorn iterations are printed for the fit and the bare
-copy: the copies train apart, and a step's cost follows its iterations.
+copy: the copies train apart, and a step's cost follows its iterations. On a GPU (``--trainer.accelerator gpu``)
+each block's ends synchronise the device. ``--profile-block N`` runs block N of each kind under ``torch.profiler``
+instead of timing it and prints its per-step counts: aten operators, host reads, launches, syncs and copies.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ problem with each solver at a range of trial counts from the same warm start and
 percentile of the plans' column L1 errors (rows are exact by construction; ``fit`` solves to 1e-5):
 
 - ``damped``: ``bench_gpu_graph.fixed_solve``, the damped Newton trials decided on the device (the script's step);
-- ``batched``: ``bench_gpu_graph.line_search_solve``, each trial's Newton step at 5 dampings (one batched Cholesky)
+- ``batched``: ``bench_gpu_graph.batched_solve``, each trial's Newton step at 5 dampings (one batched Cholesky)
   and 5 step lengths, the 25 candidates evaluated together, the best kept.
 
 float64, 1 thread; solver time on the CPU is not the point (a GPU replays these as launches).
@@ -28,7 +28,7 @@ import torch
 from sklearn.cluster import KMeans
 
 from benchmarks.bare_loop import load
-from benchmarks.bench_gpu_graph import fixed_solve, line_search_solve
+from benchmarks.bench_gpu_graph import batched_solve, fixed_solve
 from lit_otclust.models import MLPAutoencoder
 from lit_otclust.ot import ot_clustering_loss, squared_distances
 
@@ -103,7 +103,7 @@ def main() -> None:
         sets.append((f"{args.ckpt}, {args.batches} batches, epsilon {eps:g}", problems, eps))
     solvers = {
         "damped": lambda t: lambda c, a, b, g, e: fixed_solve(c, a, b, g, e, args.iters, t),
-        "batched": lambda t: lambda c, a, b, g, e: line_search_solve(c, a, b, g, e, args.iters, t),
+        "batched": lambda t: lambda c, a, b, g, e: batched_solve(c, a, b, g, e, args.iters, t),
     }
     for title, problems, eps in sets:
         print(f"{title}: largest / 99th percentile column L1 error after {args.iters} Sinkhorn iterations and T trials")

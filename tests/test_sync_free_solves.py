@@ -8,12 +8,12 @@ import ot as pot
 import pytest
 import torch
 
-from benchmarks.bench_gpu_graph import fixed_solve, line_search_solve
+from benchmarks.bench_gpu_graph import batched_solve, fixed_solve
 from lit_otclust.ot import sinkhorn, squared_distances
 from _problems import _problem
 
 
-@pytest.mark.parametrize("solve", [fixed_solve, line_search_solve], ids=["damped", "batched"])
+@pytest.mark.parametrize("solve", [fixed_solve, batched_solve], ids=["damped", "batched"])
 @pytest.mark.parametrize("epsilon", [0.5, 0.05])
 def test_a_cold_sync_free_solve_is_pots_plan(solve, epsilon):
     z, centers, a, b = _problem(60, 6, 3)
@@ -33,8 +33,8 @@ def test_batched_trials_only_lower_the_column_error_and_reach_the_solved_plan():
     g0 = solved.g + 0.05 * torch.randn(10, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     errors = []
     for trials in range(0, 31, 2):
-        log_plan, _ = line_search_solve(cost, a, b, g0, eps, 3, trials)
+        log_plan, _ = batched_solve(cost, a, b, g0, eps, 3, trials)
         errors.append((log_plan.exp().sum(0) - b).abs().sum().item())
     assert all(later <= earlier for earlier, later in zip(errors, errors[1:])), errors
-    log_plan, _ = line_search_solve(cost, a, b, g0, eps, 3, 60)
+    log_plan, _ = batched_solve(cost, a, b, g0, eps, 3, 60)
     assert (log_plan.exp() - solved.plan).abs().max().item() < 1e-8
