@@ -97,7 +97,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     x, _ = load("mnist", args.data_dir)
-    sets = [(f"training from the k-means init, {args.steps} steps, epsilon 0.01", trajectory(x, args.steps, 1e-2), 1e-2)]
+    title = f"training from the k-means init, {args.steps} steps, epsilon 0.01"
+    sets = [(title, trajectory(x, args.steps, 1e-2), 1e-2)]
     if args.ckpt:
         problems, eps = trained(args.ckpt, x, args.batches)
         sets.append((f"{args.ckpt}, {args.batches} batches, epsilon {eps:g}", problems, eps))
