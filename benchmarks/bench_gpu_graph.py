@@ -25,6 +25,7 @@ the script and measures the fixed-iteration step against the solved one there.
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 
 import torch
@@ -79,18 +80,30 @@ def fixed_solve(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: torch.T
 
 def batched_solve(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: torch.Tensor, eps: float, iters: int,
                   trials: int, dampings: tuple[float, ...] = (1e-10, 1e-5, 1e-3, 1e-1, 10.0),
-                  lengths: tuple[float, ...] = (1.0, 0.5, 0.25, 0.125, 1 / 16)) -> tuple[torch.Tensor, torch.Tensor]:
+                  lengths: tuple[float, ...] = (1.0, 0.5, 0.25, 0.125, 1 / 16),
+                  continuation: tuple[float, ...] = (1.0,)) -> tuple[torch.Tensor, torch.Tensor]:
     """``fixed_solve``'s problem and outputs, with every trial's choices made at once instead of one after another:
     each trial factorises the semi-dual Hessian at all ``dampings`` (times max q) as one batched Cholesky, and
     evaluates each damped Newton step at each of the step ``lengths``, all the candidates as one (D * L, n, K)
     batch; g moves to the candidate with the smallest column error among those that do not lower the semi-dual F
     below its rounding, or stays. A damped trial that fails is a trial spent (``fixed_solve`` raises its damping and
     tries again on the next); here the next damping is already in the batch, so on a GPU a trial costs about the
-    launches of one damped trial and wastes none."""
+    launches of one damped trial and wastes none.
+
+    With ``continuation`` the trials run at ``eps`` times each of its factors in turn (``trials`` split evenly, the
+    remainder to the last stage, which must be 1), the ``iters`` Sinkhorn iterations at the first. Late in training
+    the plans at ``eps`` are nearly hard, the semi-dual nearly piecewise linear, and Newton from the last batch's g
+    gains little a trial; a larger epsilon smooths it and each stage's g starts the next close
+    (``benchmarks/bench_sync_free_solve.py``: on a 200-epoch checkpoint's batches 12 trials at (16, 4, 1) leave
+    1.1e-5 where 12 at (1,) leave 1.5e-2). Where the warm start is already close, the detour costs: on the first
+    epoch's problems 5.8e-6 against 2e-14, hence not the default."""
+    if not continuation or continuation[-1] != 1:
+        raise ValueError(f"continuation must end at 1 (the target epsilon), got {continuation}")
     log_a, log_b = a.log(), b.log()
     for _ in range(iters):
-        f = eps * (log_a - torch.logsumexp((g - cost) / eps, 1))  # (n,)
-        g = eps * (log_b - torch.logsumexp((f[:, None] - cost) / eps, 0))  # (K,)
+        e = eps * continuation[0]
+        f = e * (log_a - torch.logsumexp((g - cost) / e, 1))  # (n,)
+        g = e * (log_b - torch.logsumexp((f[:, None] - cost) / e, 0))  # (K,)
 
     def constants(values: tuple[float, ...]) -> torch.Tensor:  # fills, not a host copy: a CUDA graph captures them
         out = torch.empty(len(values), dtype=cost.dtype, device=cost.device)
@@ -101,32 +114,37 @@ def batched_solve(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: torch
     damp, steps = constants(dampings), constants(lengths)  # (D,), (L,)
     eye = torch.eye(len(b), dtype=cost.dtype, device=cost.device)
 
-    def evaluate(gs: torch.Tensor) -> tuple[torch.Tensor, ...]:  # gs (C, K): plans (C, n, K), F (C,), errors (C,)
-        log_plan = (gs[:, None, :] - cost) / eps  # (C, n, K)
+    def evaluate(gs: torch.Tensor, e: float) -> tuple[torch.Tensor, ...]:  # gs (C, K): plans (C, n, K), F, errors (C,)
+        log_plan = (gs[:, None, :] - cost) / e  # (C, n, K)
         lse = torch.logsumexp(log_plan, 2, keepdim=True)  # (C, n, 1)
         log_plan = log_plan + (log_a[:, None] - lse)
         plan = log_plan.exp()
-        value = (a * eps * (log_a - lse[..., 0])).sum(1) + gs @ b  # <a, f> + <b, g>, (C,)
+        value = (a * e * (log_a - lse[..., 0])).sum(1) + gs @ b  # <a, f> + <b, g>, (C,)
         err = (b - plan.sum(1)).abs().sum(1)  # (C,)
         return log_plan, plan, value, err
 
-    log_plan, plan, value, err = (t[0] for t in evaluate(g[None]))
-    for _ in range(trials):
-        q = plan.sum(0)  # (K,)
-        hess = torch.diag(q) - plan.T @ (plan / a[:, None])  # (K, K), PSD, the gauge its null direction
-        chol, info = torch.linalg.cholesky_ex(hess + damp[:, None, None] * q.max() * eye)  # (D, K, K)
-        directions = eps * torch.cholesky_solve((b - q)[None, :, None].expand(len(damp), -1, 1), chol)[..., 0]
-        cands = g + (steps[:, None, None] * directions).reshape(-1, len(b))  # (L * D, K)
-        c_log_plan, c_plan, c_value, c_err = evaluate(cands)
-        factored = (info == 0).repeat(len(steps))  # (L * D,), in cands' order
-        usable = factored & torch.isfinite(c_err) & (c_value >= value - 1e-13 * (1.0 + value.abs()))
-        pick = torch.where(usable, c_err, torch.inf).argmin().reshape(1)
-        # index_select, not t[pick]: indexing by a 0-d tensor may read it back to the host, which a graph forbids.
-        chosen = [t.index_select(0, pick)[0] for t in (usable, cands, c_log_plan, c_plan, c_value, c_err)]
-        ok = chosen[0] & (chosen[5] < err)
-        g, log_plan, plan, value, err = (torch.where(ok, new, old) for new, old in
-                                         zip(chosen[1:], (g, log_plan, plan, value, err)))
+    per_stage = [trials // len(continuation)] * len(continuation)
+    per_stage[-1] += trials - sum(per_stage)
+    for factor, count in zip(continuation, per_stage):
+        e = eps * factor
+        log_plan, plan, value, err = (t[0] for t in evaluate(g[None], e))
+        for _ in range(count):
+            q = plan.sum(0)  # (K,)
+            hess = torch.diag(q) - plan.T @ (plan / a[:, None])  # (K, K), PSD, the gauge its null direction
+            chol, info = torch.linalg.cholesky_ex(hess + damp[:, None, None] * q.max() * eye)  # (D, K, K)
+            directions = e * torch.cholesky_solve((b - q)[None, :, None].expand(len(damp), -1, 1), chol)[..., 0]
+            cands = g + (steps[:, None, None] * directions).reshape(-1, len(b))  # (L * D, K)
+            c_log_plan, c_plan, c_value, c_err = evaluate(cands, e)
+            factored = (info == 0).repeat(len(steps))  # (L * D,), in cands' order
+            usable = factored & torch.isfinite(c_err) & (c_value >= value - 1e-13 * (1.0 + value.abs()))
+            pick = torch.where(usable, c_err, torch.inf).argmin().reshape(1)
+            # index_select, not t[pick]: indexing by a 0-d tensor may read it back to the host, which a graph forbids.
+            chosen = [t.index_select(0, pick)[0] for t in (usable, cands, c_log_plan, c_plan, c_value, c_err)]
+            ok = chosen[0] & (chosen[5] < err)
+            g, log_plan, plan, value, err = (torch.where(ok, new, old) for new, old in
+                                             zip(chosen[1:], (g, log_plan, plan, value, err)))
     return log_plan, g
+
 
 class SyncFreeStep:
     """One training step whose every tensor has a fixed address and shape, so a CUDA graph can replay it.
@@ -183,6 +201,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=30, help="Newton trials a step")
     parser.add_argument("--solver", choices=["damped", "batched"], default="damped",
                         help="damped: fixed_solve; batched: batched_solve (5 dampings x 5 lengths a trial)")
+    parser.add_argument("--continuation", type=float, nargs="+", default=[1.0],
+                        help="batched: the epsilon factors its trials run at in turn, ending at 1 (e.g. 16 4 1)")
     parser.add_argument("--steps", type=int, default=200, help="steps a timing")
     parser.add_argument("--check", type=int, default=20, help="steps of the graph-against-eager comparison")
     parser.add_argument("--epochs", type=int, default=3)
@@ -203,7 +223,8 @@ def main() -> None:
     centers = torch.nn.Parameter(torch.as_tensor(km.cluster_centers_, dtype=torch.float32, device=dev))
     opt = torch.optim.Adam([*model.parameters(), centers], lr=1e-3, fused=True, **({"capturable": True} if cuda else {}))
     w = torch.full((10,), 0.1, device=dev)
-    solve = fixed_solve if args.solver == "damped" else batched_solve
+    solve = fixed_solve if args.solver == "damped" else functools.partial(
+        batched_solve, continuation=tuple(args.continuation))
     step = SyncFreeStep(model, centers, opt, x, w, m, lam, eps, args.iters, args.trials, solve)
     steps_per_epoch = len(x) // m
 
@@ -217,7 +238,8 @@ def main() -> None:
             step()
 
     print(f"device {torch.cuda.get_device_name(0) if cuda else 'cpu'}, torch {torch.__version__}, "
-          f"{args.iters} Sinkhorn iterations and {args.trials} {args.solver} Newton trials a sync-free step, "
+          f"{args.iters} Sinkhorn iterations and {args.trials} {args.solver} Newton trials a sync-free step "
+          f"(continuation {args.continuation if args.solver == 'batched' else 'none'}), "
           f"{args.steps} steps a timing")
     with torch.no_grad():  # the solve against sinkhorn's on one batch, from a cold start
         cost = squared_distances(model.encoder(x[:m]), centers).double()

@@ -15,7 +15,8 @@ percentile of the plans' column L1 errors (rows are exact by construction; ``fit
 
 - ``damped``: ``bench_gpu_graph.fixed_solve``, the damped Newton trials decided on the device (the script's step);
 - ``batched``: ``bench_gpu_graph.batched_solve``, each trial's Newton step at 5 dampings (one batched Cholesky)
-  and 5 step lengths, the 25 candidates evaluated together, the best kept.
+  and 5 step lengths, the 25 candidates evaluated together, the best kept;
+- ``batched, (16, 4, 1)``: the same trials split over epsilon x 16, x 4, then epsilon (a continuation).
 
 float64, 1 thread; solver time on the CPU is not the point (a GPU replays these as launches).
 """
@@ -105,6 +106,8 @@ def main() -> None:
     solvers = {
         "damped": lambda t: lambda c, a, b, g, e: fixed_solve(c, a, b, g, e, args.iters, t),
         "batched": lambda t: lambda c, a, b, g, e: batched_solve(c, a, b, g, e, args.iters, t),
+        "batched, (16, 4, 1)": lambda t: lambda c, a, b, g, e: batched_solve(c, a, b, g, e, args.iters, t,
+                                                                             continuation=(16.0, 4.0, 1.0)),
     }
     for title, problems, eps in sets:
         print(f"{title}: largest / 99th percentile column L1 error after {args.iters} Sinkhorn iterations and T trials")

@@ -24,17 +24,30 @@ def test_a_cold_sync_free_solve_is_pots_plan(solve, epsilon):
     assert torch.allclose(log_plan.exp().sum(1), a, atol=1e-14)  # rows exact by construction
 
 
-def test_batched_trials_only_lower_the_column_error_and_reach_the_solved_plan():
-    # Warm-started near a solution, as in training: the next batch's problem from this one's g.
+def _nearly_hard_problem():
+    """A batch warm-started near a solution, as in training (the next batch's problem from this one's g), with plans
+    nearly hard at this epsilon: where damped trials fail often and Newton gains little a trial."""
     z, centers, a, b = _problem(300, 10, 5, p=10)
-    cost = squared_distances(z, centers) * 20  # plans nearly hard at this epsilon, where damped trials fail often
-    eps = 0.01
-    solved = sinkhorn(cost, a, b, epsilon=eps, tol=1e-12, max_iter=100_000)
+    cost = squared_distances(z, centers) * 20
+    solved = sinkhorn(cost, a, b, epsilon=0.01, tol=1e-12, max_iter=100_000)
     g0 = solved.g + 0.05 * torch.randn(10, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    return cost, a, b, g0, solved.plan
+
+
+def test_batched_trials_only_lower_the_column_error_and_reach_the_solved_plan():
+    cost, a, b, g0, plan = _nearly_hard_problem()
     errors = []
-    for trials in range(0, 31, 2):
-        log_plan, _ = batched_solve(cost, a, b, g0, eps, 3, trials)
+    for trials in range(0, 31, 2):  # at the target epsilon only: each trial keeps g or lowers the error
+        log_plan, _ = batched_solve(cost, a, b, g0, 0.01, 3, trials, continuation=(1.0,))
         errors.append((log_plan.exp().sum(0) - b).abs().sum().item())
     assert all(later <= earlier for earlier, later in zip(errors, errors[1:])), errors
-    log_plan, _ = batched_solve(cost, a, b, g0, eps, 3, 60)
-    assert (log_plan.exp() - solved.plan).abs().max().item() < 1e-8
+    log_plan, _ = batched_solve(cost, a, b, g0, 0.01, 3, 60, continuation=(1.0,))
+    assert (log_plan.exp() - plan).abs().max().item() < 1e-8
+
+
+def test_an_epsilon_continuation_ends_at_the_solved_plan():
+    cost, a, b, g0, plan = _nearly_hard_problem()
+    log_plan, _ = batched_solve(cost, a, b, g0, 0.01, 3, 36, continuation=(16.0, 4.0, 1.0))
+    assert (log_plan.exp() - plan).abs().max().item() < 1e-9  # the last stage's plan, at the target epsilon
+    with pytest.raises(ValueError, match="continuation must end at 1"):
+        batched_solve(cost, a, b, g0, 0.01, 3, 12, continuation=(4.0, 2.0))
