@@ -98,7 +98,7 @@ class Interleave(L.Callback):
             self._restart(pl_module)
 
     def _profiling(self) -> bool:
-        return len(self.rows) == self.profile_block and not self.profiled
+        return len(self.rows) == self.profile_block  # set to -1 once the block is profiled
 
     def _profiler(self, pl_module) -> torch.profiler.profile:
         activities = [torch.profiler.ProfilerActivity.CPU]
