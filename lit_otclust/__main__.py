@@ -6,7 +6,7 @@ import sys
 # No cyclic garbage collection while the imports run: torch, Lightning and torchmetrics build about a million
 # objects, and each of the generation-2 passes that their allocations trigger walks all of them: 0.75 s of every
 # run's start on 2 cores, for no garbage found (benchmarks/README.md, benchmarks/results/bench_startup_gcoff.txt).
-# console() collects once, freezes what the imports built and turns the collector back on. Here, not in
+# console() freezes what the imports built and turns the collector back on. Here, not in
 # lit_otclust.cli: importing the library must not change the collector of the process that imports it.
 gc.disable()
 

@@ -336,6 +336,34 @@ def test_prepare_data_with_files_present_needs_no_network(data_dir: Path) -> Non
     assert {p: p.stat().st_mtime_ns for p in (data_dir / "MNIST").rglob("*")} == before
 
 
+@pytest.mark.parametrize("module_class", [MNISTDataModule, CIFAR10DataModule])
+def test_prepare_data_with_files_present_reads_no_image(module_class, data_dir: Path, monkeypatch) -> None:
+    # Files present: torchvision's constructor (which reads every image, and setup() reads them again) is not
+    # called at all; setup() still reads the real files through it.
+    module = module_class(str(data_dir))
+    real = module._torchvision_dataset
+    monkeypatch.setattr(module, "_torchvision_dataset", lambda *a, **k: pytest.fail("prepare_data read the images"))
+    module.prepare_data()
+    monkeypatch.setattr(module, "_torchvision_dataset", real)
+    module.setup("fit")
+    assert len(module.fit_set) == sum(module.split_sizes.values())
+
+
+def test_a_corrupt_cifar10_batch_is_fetched_again(data_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    """download=True and a CIFAR-10 batch that fails its md5: prepare_data asks torchvision to fetch the archive
+    again, as torchvision's own download() would (here its URL is a closed local port, so the attempt fails into
+    our error naming data_dir), instead of taking the files' presence for a download."""
+    folder = tmp_path / CIFAR10DataModule.folder
+    folder.mkdir(parents=True)
+    for name in CIFAR10DataModule.files:
+        (folder / name).symlink_to(data_dir / CIFAR10DataModule.folder / name)
+    (folder / "data_batch_3").unlink()
+    (folder / "data_batch_3").write_bytes((data_dir / CIFAR10DataModule.folder / "data_batch_3").read_bytes()[:1000])
+    monkeypatch.setattr(torchvision.datasets.CIFAR10, "url", "http://127.0.0.1:9/cifar-10-python.tar.gz")
+    with pytest.raises(RuntimeError, match=f"could not download CIFAR-10 into data_dir {tmp_path}"):
+        CIFAR10DataModule(str(tmp_path)).prepare_data()
+
+
 def test_a_truncated_file_is_named(data_dir: Path, tmp_path: Path) -> None:
     raw = tmp_path / "MNIST" / "raw"
     raw.mkdir(parents=True)
