@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from collections.abc import Iterable
 
@@ -26,6 +27,17 @@ from sklearn.cluster import KMeans
 
 from lit_otclust.models import ConvAutoencoder, MLPAutoencoder
 from lit_otclust.ot import ot_clustering_loss, squared_distances
+
+# Seconds since the parent started this process (``BENCH_T0``, its time.time() at the spawn), for the phases that
+# benchmarks/bench_timeline.py prints; since this module's import when run alone.
+_T0 = float(os.environ.get("BENCH_T0", time.time()))
+
+
+def stamp() -> float:
+    return time.time() - _T0
+
+
+IMPORTED = stamp()
 
 
 def load(dataset: str, data_dir: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,7 +92,9 @@ def main() -> None:
                         help="lambda; default the config's (1/300 for MNIST, 1 for CIFAR-10)")
     args = parser.parse_args()
     torch.manual_seed(args.seed)
+    stamps = {"imports": IMPORTED}
     x, y = load(args.dataset, args.data_dir)
+    stamps["data"] = stamp()
     n, k, batch = len(y), 10, 300
     heldout = slice(n - 10_000, n)  # the test split is the tail of "all"
     lam = args.clustering_weight if args.clustering_weight is not None else (1 / 300 if args.dataset == "mnist" else 1.0)
@@ -98,6 +112,7 @@ def main() -> None:
     km = KMeans(k, n_init=10, random_state=args.seed).fit(embed().double().numpy())
     centers = torch.nn.Parameter(torch.as_tensor(km.cluster_centers_, dtype=torch.float32))
     opt = torch.optim.Adam([*model.parameters(), centers], lr=1e-3, fused=args.adam == "fused")
+    stamps["kmeans"] = stamp()
     g, train_s, eval_s, steps = None, 0.0, 0.0, 0
     generator = torch.Generator().manual_seed(args.seed)
     for _ in range(args.epochs):
@@ -112,8 +127,10 @@ def main() -> None:
         acc = {rule: accuracy(c.argmin(1), y, k) for rule, c in (("distance", cost), ("potential", cost - g))}
         acc_heldout = accuracy(cost[heldout].argmin(1), y[heldout], k)
         eval_s += time.perf_counter() - start
+    stamps["end"] = stamp()
     print(json.dumps({"train_s": train_s, "eval_s": eval_s, "steps": steps, "ms_per_step": 1e3 * train_s / steps,
-                      "acc": acc["distance"], "acc_potential": acc["potential"], "heldout_acc": acc_heldout}))
+                      "acc": acc["distance"], "acc_potential": acc["potential"], "heldout_acc": acc_heldout,
+                      "stamps": stamps}))
 
 
 if __name__ == "__main__":

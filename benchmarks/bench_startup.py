@@ -7,7 +7,8 @@ Each figure is a fresh interpreter, run alternately ``repeats`` times, median pr
 - imports of the bare loop (torch, torchvision, scipy, sklearn, the model and the OT loss) against
   those of ``fit`` (the same plus Lightning, the CLI, W&B, matplotlib and the pictures), each with
   the cyclic garbage collector on (as a plain script runs) and off (``gc.disable()`` first, as
-  ``lit_otclust.__main__`` runs them);
+  ``lit_otclust.__main__`` runs them), and the last with ``gc.freeze()`` after them, a ``gc.collect()`` before it
+  or not (what ``lit_otclust.cli.console`` does);
 - ``wandb.init`` offline and ``finish`` with everything else already imported, and the seconds of the
   imports W&B makes inside ``init`` (``-X importtime``, modules first imported during the call);
 - the fit's imports (gc off) and one offline ``wandb.init``, as one process, with W&B's Launch module imported
@@ -74,7 +75,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    codes = {"bare imports": BARE, "fit imports": FIT, "bare, gc off": OFF + BARE, "fit, gc off": OFF + FIT}
+    codes = {"bare imports": BARE, "fit imports": FIT, "bare, gc off": OFF + BARE, "fit, gc off": OFF + FIT,
+             # What lit_otclust.cli.console() does after them: freeze what they built, with or without collecting first.
+             "fit, gc off, collect + freeze": OFF + FIT + "; gc.collect(); gc.freeze()",
+             "fit, gc off, freeze": OFF + FIT + "; gc.freeze()"}
     times: dict[str, list[float]] = {name: [] for name in codes}
     orders = {"Launch in init": OFF + INIT, "Launch first": OFF + LAUNCH_FIRST + INIT}
     order_times: dict[str, list[float]] = {name: [] for name in orders}
@@ -91,12 +95,14 @@ def main() -> None:
         finish.append(info["finish"])
         inner.append(imports_inside_init(err))
     for name, values in times.items():
-        print(f"{name:13s}: median {statistics.median(values):5.2f} s  ({', '.join(f'{v:.2f}' for v in values)})")
+        print(f"{name:29s}: median {statistics.median(values):5.2f} s  ({', '.join(f'{v:.2f}' for v in values)})")
     gap = statistics.median(times["fit imports"]) - statistics.median(times["bare imports"])
     print(f"fit - bare   : {gap:5.2f} s of imports")
     for side in ("bare", "fit"):
         saved = statistics.median(times[f"{side} imports"]) - statistics.median(times[f"{side}, gc off"])
         print(f"gc off saves : {saved:5.2f} s of the {side} imports")
+    collect = statistics.median(times["fit, gc off, collect + freeze"]) - statistics.median(times["fit, gc off, freeze"])
+    print(f"a gc.collect() before gc.freeze() costs {collect:5.2f} s")
     gap = statistics.median(times["fit, gc off"]) - statistics.median(times["bare imports"])
     print(f"fit (gc off) - bare (gc on): {gap:5.2f} s of imports")
     print(f"wandb.init   : median {statistics.median(init):5.2f} s offline (importtime on), finish "
