@@ -41,7 +41,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning_utilities.core import rank_zero
 
 from lit_otclust.callbacks import ClusterWriter, PhaseSwitch
-from lit_otclust.checkpointing import AtomicCheckpointIO, SignalCheckpoint
+from lit_otclust.checkpointing import AtomicCheckpointIO, LinkedLastCheckpoint, SignalCheckpoint
 from lit_otclust.figures import ClusterFigures
 from lit_otclust.system import DeepClustering
 
@@ -148,8 +148,9 @@ class OTClusterCLI(LightningCLI):
         if logger:
             callbacks.append(LearningRateMonitor(logging_interval="epoch"))
         if not any(isinstance(cb, ModelCheckpoint) for cb in callbacks):
-            callbacks.append(ModelCheckpoint(dirpath=root / "checkpoints", save_last=True,
-                                             filename="epoch{epoch:03d}", auto_insert_metric_name=False))
+            # last.ckpt a hard link to the epoch's checkpoint: one write an epoch instead of two (checkpointing.py).
+            callbacks.append(LinkedLastCheckpoint(dirpath=root / "checkpoints", filename="epoch{epoch:03d}",
+                                                  auto_insert_metric_name=False))
         bar_wanted = trainer_cfg.get("enable_progress_bar", True) is not False
         if bar_wanted and not any(isinstance(cb, ProgressBar) for cb in callbacks):
             # Lightning's default bar redraws every step: ~1.3 ms of a ~22 ms MNIST step (measured in-process,

@@ -8,8 +8,12 @@ import sys
 import time
 from pathlib import Path
 
+import lightning as L
 import pytest
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from lit_otclust.checkpointing import LinkedLastCheckpoint
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,3 +69,52 @@ def test_a_kill_during_a_checkpoint_write_leaves_a_readable_checkpoint(tmp_path)
     # The same kills tear a checkpoint that torch.save streams into place: the test can tell.
     # (About half the kills tear it; 20 trials all missing would happen once in a million runs.)
     assert any(kill_while_writing(tmp_path / "direct.ckpt", "direct", trials=20, until_torn=True))
+
+
+class _Tiny(L.LightningModule):
+    """A linear model on fixed random data; logs ``rising`` (grows every epoch) for a monitor that never improves."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch, batch_idx):
+        self.log("rising", float(self.current_epoch), on_epoch=True, on_step=False)
+        return self.layer(batch[0]).pow(2).mean()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def train_dataloader(self):
+        x = torch.randn(32, 4, generator=torch.Generator().manual_seed(0))
+        return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x), batch_size=8)
+
+
+def _fit(root: Path, checkpoint: ModelCheckpoint) -> None:
+    torch.manual_seed(0)
+    L.Trainer(max_epochs=3, logger=False, enable_progress_bar=False, enable_model_summary=False,
+              default_root_dir=root, callbacks=[checkpoint]).fit(_Tiny())
+
+
+def test_linked_last_checkpoint_is_one_write_and_equals_a_saved_last(tmp_path: Path) -> None:
+    """last.ckpt is a hard link to the epoch's checkpoint (same file, not a symlink), and holds what Lightning's
+    save_last=True writes as a second file: the same weights, optimizer state and step."""
+    _fit(tmp_path / "link", LinkedLastCheckpoint(dirpath=tmp_path / "link", filename="e{epoch}", auto_insert_metric_name=False))
+    _fit(tmp_path / "save", ModelCheckpoint(dirpath=tmp_path / "save", filename="e{epoch}", auto_insert_metric_name=False, save_last=True))
+    link, epoch = tmp_path / "link" / "last.ckpt", tmp_path / "link" / "e2.ckpt"
+    assert sorted(p.name for p in (tmp_path / "link").iterdir()) == ["e2.ckpt", "last.ckpt"]  # no temporary left
+    assert not link.is_symlink() and link.samefile(epoch)
+    ours, reference = (torch.load(p, weights_only=False) for p in (link, tmp_path / "save" / "last.ckpt"))
+    assert ours["global_step"] == reference["global_step"] == 12
+    for key in ("state_dict", "optimizer_states"):
+        assert str(ours[key]) == str(reference[key])
+
+
+def test_linked_last_checkpoint_never_links_an_older_step(tmp_path: Path) -> None:
+    # A monitored metric that never improves: the top-k file stays epoch 0's; last.ckpt must still be the last step
+    # (Lightning's save_last="link" would point it at epoch 0's file).
+    checkpoint = LinkedLastCheckpoint(dirpath=tmp_path, filename="e{epoch}", auto_insert_metric_name=False, monitor="rising", mode="min")
+    _fit(tmp_path, checkpoint)
+    last = tmp_path / "last.ckpt"
+    assert torch.load(tmp_path / "e0.ckpt", weights_only=False)["global_step"] == 4
+    assert torch.load(last, weights_only=False)["global_step"] == 12 and not last.samefile(tmp_path / "e0.ckpt")

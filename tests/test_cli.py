@@ -204,6 +204,8 @@ def test_module_entry_point_fits_logs_and_switches_phase(data_dir, tmp_path):
     assert rows[2]["val/acc"] > 0.2  # 30 steps of training: 0.27, above the ~0.13 of a Hungarian match by chance
     # What README says the default keeps: last.ckpt and the latest finished epoch's checkpoint.
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["epoch002.ckpt", "last.ckpt"]
+    # One write an epoch: last.ckpt is a hard link to the epoch's file (checkpointing.LinkedLastCheckpoint).
+    assert (tmp_path / "checkpoints" / "last.ckpt").samefile(tmp_path / "checkpoints" / "epoch002.ckpt")
     ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
     state = next(v for k, v in ckpt["callbacks"].items() if "PhaseSwitch" in k)
     assert state == {"phase": "joint", "switch_epoch": 1, "initialised": False}
