@@ -74,6 +74,19 @@ def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
     return wall, cpu, proc.stdout
 
 
+def commands(dataset: str, epochs: int, data_dir: str, run_dir: str, callback: str, callback_path: Path,
+             fit_args: list[str]) -> tuple[list[str], list[str]]:
+    """The fit (``configs/<dataset>_ot.yaml`` as a user runs it, plus ``callback`` writing to ``callback_path``) and
+    the bare loop's command lines, for the same data and epochs."""
+    fit = [sys.executable, "-m", "lit_otclust", "fit", "--config", f"configs/{dataset}_ot.yaml",
+           "--trainer.max_epochs", str(epochs), "--data.data_dir", data_dir,
+           "--trainer.default_root_dir", run_dir, "--trainer.enable_progress_bar", "true",
+           f"--trainer.callbacks+={callback}", f"--trainer.callbacks.init_args.path={callback_path}", *fit_args]
+    bare = [sys.executable, "-m", "benchmarks.bare_loop", "--dataset", dataset, "--epochs", str(epochs),
+            "--data-dir", data_dir]
+    return fit, bare
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", choices=["mnist", "cifar10"], default="mnist")
@@ -89,13 +102,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for pair in range(args.pairs):
             timer_file = Path(tmp) / f"timer{pair}.json"
-            fit = [sys.executable, "-m", "lit_otclust", "fit", "--config", f"configs/{args.dataset}_ot.yaml",
-                   "--trainer.max_epochs", str(args.epochs), "--data.data_dir", data_dir,
-                   "--trainer.default_root_dir", f"{tmp}/run{pair}", "--trainer.enable_progress_bar", "true",
-                   "--trainer.callbacks+=benchmarks.bench_fit.StepTimer",
-                   f"--trainer.callbacks.init_args.path={timer_file}", *fit_args]
-            bare = [sys.executable, "-m", "benchmarks.bare_loop", "--dataset", args.dataset, "--epochs",
-                    str(args.epochs), "--data-dir", data_dir]
+            fit, bare = commands(args.dataset, args.epochs, data_dir, f"{tmp}/run{pair}",
+                                 "benchmarks.bench_fit.StepTimer", timer_file, fit_args)
             order = (("fit", fit), ("bare", bare)) if pair % 2 == 0 else (("bare", bare), ("fit", fit))
             for name, cmd in order[:1] if args.fit_only else order:
                 wall, cpu, out = timed(cmd, env)

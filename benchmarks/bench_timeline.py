@@ -24,14 +24,13 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import lightning as L
 
-from benchmarks.bench_fit import timed
+from benchmarks.bench_fit import commands, timed
 
 PHASES = ("start-up", "set-up", "k-means", "training steps", "evaluation", "between epochs", "final pictures",
           "shut-down")
@@ -106,13 +105,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for pair in range(args.pairs):
             stamps = Path(tmp) / f"stamps{pair}.json"
-            fit = [sys.executable, "-m", "lit_otclust", "fit", "--config", f"configs/{args.dataset}_ot.yaml",
-                   "--trainer.max_epochs", str(args.epochs), "--data.data_dir", data_dir,
-                   "--trainer.default_root_dir", f"{tmp}/run{pair}", "--trainer.enable_progress_bar", "true",
-                   "--trainer.callbacks+=benchmarks.bench_timeline.Stamps",
-                   f"--trainer.callbacks.init_args.path={stamps}", *fit_args]
-            bare = [sys.executable, "-m", "benchmarks.bare_loop", "--dataset", args.dataset, "--epochs",
-                    str(args.epochs), "--data-dir", data_dir]
+            fit, bare = commands(args.dataset, args.epochs, data_dir, f"{tmp}/run{pair}",
+                                 "benchmarks.bench_timeline.Stamps", stamps, fit_args)
             order = (("fit", fit), ("bare", bare)) if pair % 2 == 0 else (("bare", bare), ("fit", fit))
             for name, cmd in order:
                 env["BENCH_T0"] = repr(time.time())

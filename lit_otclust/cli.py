@@ -202,7 +202,8 @@ def console() -> None:
     # never collected, so a process that calls main() repeatedly (the tests) must not freeze the garbage of its
     # earlier runs. The entry module (lit_otclust.__main__) turned the collector off for the imports; back on.
     # No gc.collect() first (Python's documented disable-then-freeze pattern): it walked all ~840k objects for
-    # ~13k unreachable ones the imports left (8 MB, 1% of the process), 0.4-0.8 s of every run's start on 2 cores.
+    # ~13k unreachable ones the imports left (8 MB, 1% of the process): 0.43 s of every run's start on 2 cores
+    # (benchmarks/results/bench_startup_2026-11-26.txt).
     gc.freeze()
     gc.enable()
     # Registered before the run's own exit handlers (W&B's), so it runs after them.

@@ -656,8 +656,9 @@ class _ImageDataModule(_InMemoryDataModule):
         """Download the files (Lightning runs this on one process per node only)."""
         if not self.download or self._downloaded():
             # Files present: nothing to fetch. torchvision's constructor with download=True would also read (CIFAR-10:
-            # unpickle) every image here for setup() to read again: 3.9 s of each CIFAR-10 run's start, 0.15-0.3 s
-            # of MNIST's (benchmarks/README.md). setup() reads them through torchvision and names a corrupt file.
+            # unpickle) every image here for setup() to read again: 1.3 s of each CIFAR-10 run's start (3.4 s beside
+            # other runs), 0.05 s of MNIST's (benchmarks/results/bench_data_prepare_2026-11-26.txt). setup() reads
+            # them through torchvision and names a corrupt file.
             return
         for train in (True, False):
             try:
@@ -771,7 +772,7 @@ class CIFAR10DataModule(_ImageDataModule):
 
     def _downloaded(self) -> bool:
         # torchvision's test for CIFAR-10 (CIFAR10.download): the batches' md5s, so a corrupt file is fetched again.
-        # 0.56 s, without unpickling the images.
+        # 0.27 s, without unpickling the images.
         folder, cifar = self.data_dir / self.folder, torchvision.datasets.CIFAR10
         return super()._downloaded() and all(check_integrity(str(folder / name), md5)
                                              for name, md5 in cifar.train_list + cifar.test_list)
