@@ -1,6 +1,7 @@
 """The fixed cost of a ``fit`` process that the bare loop does not pay: its imports, and W&B's start.
 
     python -m benchmarks.bench_startup [--repeats 3]
+    python -m benchmarks.bench_startup --garbage   (what a gc.collect() after the imports would free)
 
 Each figure is a fresh interpreter, run alternately ``repeats`` times, median printed:
 
@@ -48,6 +49,13 @@ os.environ["WANDB_MODE"] = "offline"; os.environ["WANDB_SILENT"] = "true"
 wandb.init(project="bench_startup", dir=sys.argv[1]).finish()
 """
 LAUNCH_FIRST = "import wandb.sdk.launch.inputs.internal; "
+# What the collection console() no longer runs would free: the unreachable objects the imports leave (shallow sizes).
+GARBAGE = OFF + FIT + """
+import sys
+gc.set_debug(gc.DEBUG_SAVEALL)
+found = gc.collect()
+print(found, sum(sys.getsizeof(o) for o in gc.garbage), len(gc.get_objects()))
+"""
 
 
 def wall(code: str, *args: str, importtime: bool = False) -> tuple[float, str, str]:
@@ -74,7 +82,13 @@ def imports_inside_init(stderr: str) -> list[tuple[float, str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--garbage", action="store_true", help="only count what a collection after the imports frees")
     args = parser.parse_args()
+    if args.garbage:
+        found, size, live = wall(GARBAGE)[1].split()
+        print(f"after the fit's imports (gc off): {int(live):,} objects tracked; a collection finds {int(found):,} "
+              f"unreachable, {int(size) / 2**20:.1f} MiB (shallow sizes)")
+        return
     codes = {"bare imports": BARE, "fit imports": FIT, "bare, gc off": OFF + BARE, "fit, gc off": OFF + FIT,
              # What lit_otclust.cli.console() does after them: freeze what they built, with or without collecting first.
              "fit, gc off, collect + freeze": OFF + FIT + "; gc.collect(); gc.freeze()",

@@ -201,9 +201,9 @@ def console() -> None:
     # and so does every later generation-2 pass (benchmarks/README.md). Here, not in main(): frozen objects are
     # never collected, so a process that calls main() repeatedly (the tests) must not freeze the garbage of its
     # earlier runs. The entry module (lit_otclust.__main__) turned the collector off for the imports; back on.
-    # No gc.collect() first (Python's documented disable-then-freeze pattern): it walked all ~840k objects for
-    # ~13k unreachable ones the imports left (8 MB, 1% of the process): 0.43 s of every run's start on 2 cores
-    # (benchmarks/results/bench_startup_2026-11-26.txt).
+    # No gc.collect() first (Python's documented disable-then-freeze pattern): it walked the imports' objects (over
+    # half a million) for ~13k unreachable ones, 8.3 MiB, left frozen instead: 0.43 s of every run's start on 2 cores
+    # (benchmarks/results/bench_startup_2026-11-26.txt, bench_startup_garbage_2026-11-26.txt).
     gc.freeze()
     gc.enable()
     # Registered before the run's own exit handlers (W&B's), so it runs after them.
