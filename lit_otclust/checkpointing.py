@@ -71,6 +71,12 @@ class LinkedLastCheckpoint(ModelCheckpoint):
         kwargs.setdefault("save_last", "link")
         super().__init__(*args, **kwargs)
 
+    def _generate_state_key(self, **kwargs: Any) -> str:
+        # ModelCheckpoint's key: a run checkpointed before this class resumes with its state (the last and kept
+        # files' paths). Under another key it started blank: it wrote last-v1.ckpt beside last.ckpt and never
+        # removed the old epoch's file.
+        return f"{ModelCheckpoint.__qualname__}{kwargs!r}"
+
     def _link_checkpoint(self, trainer: L.Trainer, filepath: str, linkpath: str) -> None:
         # Lightning links the last top-k file even when this save made none (a monitored metric that did not
         # improve): last.ckpt would go back in time. Only a file saved at this very step is linked.

@@ -118,3 +118,19 @@ def test_linked_last_checkpoint_never_links_an_older_step(tmp_path: Path) -> Non
     last = tmp_path / "last.ckpt"
     assert torch.load(tmp_path / "e0.ckpt", weights_only=False)["global_step"] == 4
     assert torch.load(last, weights_only=False)["global_step"] == 12 and not last.samefile(tmp_path / "e0.ckpt")
+
+
+def test_a_run_checkpointed_by_model_checkpoint_resumes_under_the_linked_one(tmp_path: Path) -> None:
+    # Runs written before LinkedLastCheckpoint (the CLI's ModelCheckpoint(save_last=True)) resume with its state:
+    # the old epoch's file is removed as usual and no last-v1.ckpt appears beside last.ckpt.
+    def trainer(epochs: int, checkpoint: ModelCheckpoint) -> L.Trainer:
+        return L.Trainer(max_epochs=epochs, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=tmp_path, callbacks=[checkpoint])
+
+    old = ModelCheckpoint(dirpath=tmp_path, filename="e{epoch}", auto_insert_metric_name=False, save_last=True)
+    trainer(2, old).fit(_Tiny())
+    new = LinkedLastCheckpoint(dirpath=tmp_path, filename="e{epoch}", auto_insert_metric_name=False)
+    assert new.state_key == old.state_key
+    trainer(3, new).fit(_Tiny(), ckpt_path=tmp_path / "last.ckpt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e2.ckpt", "last.ckpt"]
+    assert (tmp_path / "last.ckpt").samefile(tmp_path / "e2.ckpt")
