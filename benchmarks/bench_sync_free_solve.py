@@ -60,19 +60,17 @@ def trajectory(x: torch.Tensor, steps: int, eps: float) -> list[tuple[torch.Tens
 
 def trained(ckpt: str, x: torch.Tensor, batches: int) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], float]:
     """Seeded batches of a trained checkpoint's embedding, each warm-started from the previous solve's g."""
+    from benchmarks.bench_warm_sinkhorn import trained_costs
     from lit_otclust.ot import sinkhorn
-    from lit_otclust.system import DeepClustering
 
-    module = DeepClustering.load_from_checkpoint(ckpt, map_location="cpu").eval()
+    module, costs = trained_costs(ckpt, x, batches)
     eps = module.hparams.epsilon
-    generator = torch.Generator().manual_seed(0)
     g, problems = module.g_last.double().clone(), []
-    with torch.no_grad():
-        for idx in torch.randperm(len(x), generator=generator)[: 300 * batches].split(300):
-            cost = squared_distances(module.embed(x[idx]), module.centers).double()
-            problems.append((cost, g.clone()))
-            g = sinkhorn(cost, b=module.proportions.double(), epsilon=eps, tol=1e-9, max_iter=10_000, g_init=g,
-                         warn=False).g
+    for cost in costs:
+        cost = cost.double()
+        problems.append((cost, g.clone()))
+        g = sinkhorn(cost, b=module.proportions.double(), epsilon=eps, tol=1e-9, max_iter=10_000, g_init=g,
+                     warn=False).g
     return problems, eps
 
 

@@ -25,6 +25,16 @@ from lit_otclust.ot import sinkhorn, squared_distances
 from lit_otclust.system import DeepClustering
 
 
+def trained_costs(ckpt: str, x: torch.Tensor, batches: int) -> tuple[DeepClustering, list[torch.Tensor]]:
+    """A checkpoint's module (CPU, eval mode) and the (300, K) costs of its embedding of ``batches`` seeded batches
+    of 300 samples of ``x``, the problems training solves late in a run."""
+    module = DeepClustering.load_from_checkpoint(ckpt, map_location="cpu").eval()
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        return module, [squared_distances(module.embed(x[idx]), module.centers)
+                        for idx in torch.randperm(len(x), generator=generator)[: 300 * batches].split(300)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ckpt", required=True)
@@ -33,14 +43,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="passes over the batches; the median pass is kept")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    module = DeepClustering.load_from_checkpoint(args.ckpt, map_location="cpu").eval()
-    hp = module.hparams
     data = MNISTDataModule(args.data_dir, download=False, fit_split="all")
     data.setup()
-    generator = torch.Generator().manual_seed(0)
-    batches = torch.randperm(len(data.fit_set.x), generator=generator)[: 300 * args.batches].split(300)
-    with torch.no_grad():
-        costs = [squared_distances(module.embed(data.fit_set.x[idx]), module.centers) for idx in batches]
+    module, costs = trained_costs(args.ckpt, data.fit_set.x, args.batches)
+    hp = module.hparams
     factorisations = [0]
     cholesky_ex = torch.linalg.cholesky_ex
 
