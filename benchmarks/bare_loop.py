@@ -8,7 +8,8 @@ untrained embeddings of all fitted images), batches of 300 in a seeded random or
 1e-3, the same clustering loss (``lit_otclust.ot.ot_clustering_loss``, tolerance 1e-5, warm start
 from the previous batch's g), and after each epoch the Hungarian accuracy of both assignment
 rules on all fitted images and on the 10k test split. No Lightning, no logging, no checkpoints.
-Prints one JSON line: seconds of training, of evaluation, per step, and the last accuracies.
+Prints one JSON line: seconds of training, of evaluation, per step, the last accuracies, and the seconds from
+its spawn at which its phases ended (imports, data, k-means, end; ``bench_timeline``).
 """
 
 from __future__ import annotations
