@@ -9,7 +9,8 @@
 #    what a sync-free step replayed as one CUDA graph costs (benchmarks/bench_gpu_graph.py), and whether
 #    torch.compile of the Sinkhorn block cuts its launches (benchmarks/bench_sinkhorn_compile.py);
 # 3. the time of `fit --config configs/mnist_ot.yaml` on one GPU, data on the device, EPOCHS epochs (default 10):
-#    per step, evaluation per epoch, and the 200-epoch estimate (issue #10's goal: under 2 minutes);
+#    per step, evaluation per epoch, and the 200-epoch estimate (issue #10's goal: under 2 minutes), and Lightning's
+#    own cost a step on this host (benchmarks/bench_lightning_floor.py);
 # 4. with two GPUs or more, the same fit under DDP on two of them.
 # DATA_DIR (default ../shared/data) holds MNIST in torchvision's layout.
 set -euo pipefail
@@ -38,6 +39,8 @@ fit() {  # fit NAME EXTRA_ARGS...: time one fit on the GPU, data on the device (
         --trainer.enable_progress_bar false --data.init_args.on_device true --trainer.accelerator gpu "$@"
 }
 fit one_gpu --trainer.devices 1
+# Lightning's own cost a step on this host (a no-op model): the part of the 200-epoch estimate a graphed step keeps.
+python -m benchmarks.bench_lightning_floor --epochs 2 --rounds 3 || echo "bench_lightning_floor failed (rc $?)"
 if [ "$(python -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
     fit ddp_two_gpus --trainer.devices 2 --trainer.strategy ddp
 else
