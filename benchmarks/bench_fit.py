@@ -87,16 +87,27 @@ def commands(dataset: str, epochs: int, data_dir: str, run_dir: str, callback: s
     return fit, bare
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def pair_parser(doc: str) -> argparse.ArgumentParser:
+    """The options of a benchmark that runs the fit and the bare loop in alternating pairs; parse it with
+    ``parse_known_args``: any other argument is an override for the fit, e.g. ``--trainer.logger=false``."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", choices=["mnist", "cifar10"], default="mnist")
     parser.add_argument("--data-dir", default="../shared/data")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--pairs", type=int, default=3)
+    return parser
+
+
+def child_env() -> dict[str, str]:
+    """The environment of the timed processes: W&B offline (unless set) and quiet."""
+    return {**os.environ, "WANDB_MODE": os.environ.get("WANDB_MODE", "offline"), "WANDB_SILENT": "true"}
+
+
+def main() -> None:
+    parser = pair_parser(__doc__)
     parser.add_argument("--fit-only", action="store_true", help="time the fit alone, with the 200-epoch estimate")
-    # Any other argument is an override for the fit, e.g. --trainer.logger=false.
     args, fit_args = parser.parse_known_args()
-    env = {**os.environ, "WANDB_MODE": os.environ.get("WANDB_MODE", "offline"), "WANDB_SILENT": "true"}
+    env = child_env()
     data_dir = str(Path(args.data_dir).resolve())
     rows: dict[str, list[tuple[float, float, dict]]] = {"fit": [], "bare": []}
     with tempfile.TemporaryDirectory() as tmp:

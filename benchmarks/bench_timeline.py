@@ -20,7 +20,6 @@ of each phase over the pairs, and the fit's excess over the bare loop's. The pha
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -30,7 +29,7 @@ from pathlib import Path
 
 import lightning as L
 
-from benchmarks.bench_fit import commands, timed
+from benchmarks.bench_fit import child_env, commands, pair_parser, timed
 
 PHASES = ("start-up", "set-up", "k-means", "training steps", "evaluation", "between epochs", "final pictures",
           "shut-down")
@@ -93,13 +92,8 @@ def bare_phases(info: dict, wall: float) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", choices=["mnist", "cifar10"], default="mnist")
-    parser.add_argument("--data-dir", default="../shared/data")
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--pairs", type=int, default=3)
-    args, fit_args = parser.parse_known_args()  # any other argument is an override for the fit
-    env = {**os.environ, "WANDB_MODE": os.environ.get("WANDB_MODE", "offline"), "WANDB_SILENT": "true"}
+    args, fit_args = pair_parser(__doc__).parse_known_args()  # any other argument is an override for the fit
+    env = child_env()
     data_dir = str(Path(args.data_dir).resolve())
     rows: dict[str, list[dict[str, float]]] = {"fit": [], "bare": []}
     with tempfile.TemporaryDirectory() as tmp:
