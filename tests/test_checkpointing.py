@@ -99,8 +99,9 @@ def _fit(root: Path, checkpoint: ModelCheckpoint) -> None:
 def test_linked_last_checkpoint_is_one_write_and_equals_a_saved_last(tmp_path: Path) -> None:
     """last.ckpt is a hard link to the epoch's checkpoint (same file, not a symlink), and holds what Lightning's
     save_last=True writes as a second file: the same weights, optimizer state and step."""
-    _fit(tmp_path / "link", LinkedLastCheckpoint(dirpath=tmp_path / "link", filename="e{epoch}", auto_insert_metric_name=False))
-    _fit(tmp_path / "save", ModelCheckpoint(dirpath=tmp_path / "save", filename="e{epoch}", auto_insert_metric_name=False, save_last=True))
+    names = {"filename": "e{epoch}", "auto_insert_metric_name": False}
+    _fit(tmp_path / "link", LinkedLastCheckpoint(dirpath=tmp_path / "link", **names))
+    _fit(tmp_path / "save", ModelCheckpoint(dirpath=tmp_path / "save", save_last=True, **names))
     link, epoch = tmp_path / "link" / "last.ckpt", tmp_path / "link" / "e2.ckpt"
     assert sorted(p.name for p in (tmp_path / "link").iterdir()) == ["e2.ckpt", "last.ckpt"]  # no temporary left
     assert not link.is_symlink() and link.samefile(epoch)
@@ -113,7 +114,8 @@ def test_linked_last_checkpoint_is_one_write_and_equals_a_saved_last(tmp_path: P
 def test_linked_last_checkpoint_never_links_an_older_step(tmp_path: Path) -> None:
     # A monitored metric that never improves: the top-k file stays epoch 0's; last.ckpt must still be the last step
     # (Lightning's save_last="link" would point it at epoch 0's file).
-    checkpoint = LinkedLastCheckpoint(dirpath=tmp_path, filename="e{epoch}", auto_insert_metric_name=False, monitor="rising", mode="min")
+    checkpoint = LinkedLastCheckpoint(dirpath=tmp_path, filename="e{epoch}", auto_insert_metric_name=False,
+                                      monitor="rising", mode="min")
     _fit(tmp_path, checkpoint)
     last = tmp_path / "last.ckpt"
     assert torch.load(tmp_path / "e0.ckpt", weights_only=False)["global_step"] == 4
