@@ -87,6 +87,12 @@ def commands(dataset: str, epochs: int, data_dir: str, run_dir: str, callback: s
     return fit, bare
 
 
+def alternate(pair: int, fit: list[str], bare: list[str]) -> tuple[tuple[str, list[str]], ...]:
+    """The pair's two runs, named, the fit first in even pairs and the bare loop first in odd ones (so a slow drift
+    of the machine weighs on both alike)."""
+    return (("fit", fit), ("bare", bare)) if pair % 2 == 0 else (("bare", bare), ("fit", fit))
+
+
 def pair_parser(doc: str) -> argparse.ArgumentParser:
     """The options of a benchmark that runs the fit and the bare loop in alternating pairs; parse it with
     ``parse_known_args``: any other argument is an override for the fit, e.g. ``--trainer.logger=false``."""
@@ -115,7 +121,7 @@ def main() -> None:
             timer_file = Path(tmp) / f"timer{pair}.json"
             fit, bare = commands(args.dataset, args.epochs, data_dir, f"{tmp}/run{pair}",
                                  "benchmarks.bench_fit.StepTimer", timer_file, fit_args)
-            order = (("fit", fit), ("bare", bare)) if pair % 2 == 0 else (("bare", bare), ("fit", fit))
+            order = alternate(pair, fit, bare)
             for name, cmd in order[:1] if args.fit_only else order:
                 wall, cpu, out = timed(cmd, env)
                 info = json.loads(timer_file.read_text()) if name == "fit" else json.loads(out.strip().splitlines()[-1])

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import lightning as L
 
-from benchmarks.bench_fit import child_env, commands, pair_parser, timed
+from benchmarks.bench_fit import alternate, child_env, commands, pair_parser, timed
 
 PHASES = ("start-up", "set-up", "k-means", "training steps", "evaluation", "between epochs", "final pictures",
           "shut-down")
@@ -101,8 +101,7 @@ def main() -> None:
             stamps = Path(tmp) / f"stamps{pair}.json"
             fit, bare = commands(args.dataset, args.epochs, data_dir, f"{tmp}/run{pair}",
                                  "benchmarks.bench_timeline.Stamps", stamps, fit_args)
-            order = (("fit", fit), ("bare", bare)) if pair % 2 == 0 else (("bare", bare), ("fit", fit))
-            for name, cmd in order:
+            for name, cmd in alternate(pair, fit, bare):
                 env["BENCH_T0"] = repr(time.time())
                 wall, _, out = timed(cmd, env)
                 phases = (fit_phases(json.loads(stamps.read_text()), wall) if name == "fit"
