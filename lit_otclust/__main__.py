@@ -10,11 +10,13 @@ import sys
 # lit_otclust.cli: importing the library must not change the collector of the process that imports it.
 gc.disable()
 
-from lit_otclust.startup import import_wandb_launch_early  # noqa: E402
+from lit_otclust.startup import import_wandb_launch_early, start_wandb_service_early  # noqa: E402
 
-# Before torch and Lightning: W&B's Launch module scans every loaded module as it imports (startup.py).
+# Before torch and Lightning: W&B's Launch module scans every loaded module as it imports, and W&B's service process
+# boots on another core while they import (startup.py).
 if __name__ == "__main__" or sys.argv[0].endswith("lit-otclust"):
     import_wandb_launch_early(sys.argv[1:])
+    start_wandb_service_early(sys.argv[1:])
 
 from lit_otclust.cli import console  # noqa: E402
 

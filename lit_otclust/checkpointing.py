@@ -62,7 +62,7 @@ class LinkedLastCheckpoint(ModelCheckpoint):
     epoch's removal of ``epochNNN.ckpt`` until the new link, so a job killed in between resumes from nothing. Here
     the link is a hard link made beside ``last.ckpt`` and renamed over it: one write an epoch, and at every instant
     a complete ``last.ckpt`` (removing the ``epochNNN.ckpt`` name frees nothing ``last.ckpt`` still links). Where a
-    hard link cannot be made (file systems without them, another device) it is a copy, renamed the same way; remote
+    hard link cannot be made (file systems without them, another device) it is a copy, synced and renamed the same way; remote
     paths (``s3://...``), and a step where no other checkpoint was saved, save ``last.ckpt`` as ``save_last=True``
     does.
     """
@@ -91,6 +91,8 @@ class LinkedLastCheckpoint(ModelCheckpoint):
                     os.link(filepath, tmp)
                 except OSError:
                     shutil.copyfile(filepath, tmp)
+                    with open(tmp, "rb+") as fh:
+                        os.fsync(fh.fileno())  # as AtomicCheckpointIO: the copy is on disk before the name points at it
                 os.replace(tmp, linkpath)
             finally:
                 tmp.unlink(missing_ok=True)

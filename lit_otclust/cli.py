@@ -23,7 +23,6 @@ from __future__ import annotations
 import atexit
 import gc
 import json
-import netrc
 import os
 import sys
 import warnings
@@ -43,30 +42,16 @@ from lightning_utilities.core import rank_zero
 from lit_otclust.callbacks import ClusterWriter, PhaseSwitch
 from lit_otclust.checkpointing import AtomicCheckpointIO, LinkedLastCheckpoint, SignalCheckpoint
 from lit_otclust.figures import ClusterFigures
+from lit_otclust.startup import resolve_wandb_mode
 from lit_otclust.system import DeepClustering
 
 SIGTERM_EXIT = 143
-
-
-def wandb_credentials_found() -> bool:
-    """True if W&B can authenticate without asking: an API key in the environment or ~/.netrc."""
-    if os.environ.get("WANDB_API_KEY"):
-        return True
-    try:
-        return netrc.netrc().authenticators(os.environ.get("WANDB_BASE_URL", "api.wandb.ai").split("//")[-1]) is not None
-    except (FileNotFoundError, netrc.NetrcParseError):
-        return False
+# A progress bar refresh rate above any epoch's batch count: Lightning's bar then updates at each epoch's last batch.
+EPOCH_END_ONLY = 2**31 - 1
 
 
 def default_loggers(root: Path, name: str, log_model: bool | Literal["all"] = False) -> list:
-    if os.environ.get("WANDB_MODE") == "":
-        # Set but empty (`WANDB_MODE= lit-otclust fit ...`): W&B rejects "" with a validation traceback; read it
-        # as unset.
-        del os.environ["WANDB_MODE"]
-    if "WANDB_MODE" not in os.environ and not wandb_credentials_found():
-        # Without credentials, online W&B would prompt for a key (or hang without network).
-        os.environ["WANDB_MODE"] = "offline"
-    offline = os.environ.get("WANDB_MODE") == "offline"
+    offline = resolve_wandb_mode() in ("offline", "dryrun")
     if offline and log_model:
         # WandbLogger refuses the combination (an offline run cannot upload artifacts): keep the run going.
         rank_zero_warn(f"wandb.log_model={log_model!r} is ignored: W&B runs offline (no credentials, or WANDB_MODE="
@@ -74,8 +59,11 @@ def default_loggers(root: Path, name: str, log_model: bool | Literal["all"] = Fa
         log_model = False
     wandb_dir = root / "wandb"
     wandb_dir.mkdir(parents=True, exist_ok=True)
+    # Not offline=True: W&B reads WANDB_MODE=offline itself, and WandbLogger's offline=True rewrites it to "dryrun"
+    # after the service started early read the environment (startup.py), which wandb.init answers with a warning
+    # that the change is ignored.
     wandb_logger = WandbLogger(project=os.environ.get("WANDB_PROJECT", "lit_otclust"), name=name, save_dir=str(root),
-                               offline=offline, log_model=log_model)
+                               log_model=log_model)
     # WandbLogger always hands wandb.init `anonymous=None`, which W&B (>= 0.19) answers on every run with "The
     # anonymous setting has no effect"; the key does nothing else, so it is dropped.
     getattr(wandb_logger, "_wandb_init", {}).pop("anonymous", None)
@@ -154,9 +142,10 @@ class OTClusterCLI(LightningCLI):
         bar_wanted = trainer_cfg.get("enable_progress_bar", True) is not False
         if bar_wanted and not any(isinstance(cb, ProgressBar) for cb in callbacks):
             # Lightning's default bar redraws every step: ~1.3 ms of a ~22 ms MNIST step (measured in-process,
-            # benchmarks/README.md). Every 10th step is still several redraws a second; a bar in
-            # trainer.callbacks replaces this one.
-            callbacks.append(TQDMProgressBar(refresh_rate=10))
+            # benchmarks/README.md). Every 10th step is still several redraws a second. Where stdout is not a
+            # terminal (a batch job's log file), each redraw is one more carriage-return segment in the log: there
+            # the bar is drawn at the end of each epoch only. A bar in trainer.callbacks replaces this one.
+            callbacks.append(TQDMProgressBar(refresh_rate=10 if sys.stdout.isatty() else EPOCH_END_ONLY))
         if not any(isinstance(cb, SignalCheckpoint) for cb in callbacks):
             callbacks.append(SignalCheckpoint())
         if not any(isinstance(cb, ClusterFigures) for cb in callbacks):

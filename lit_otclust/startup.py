@@ -3,6 +3,10 @@ may import either."""
 
 from __future__ import annotations
 
+import netrc
+import os
+import threading
+
 
 def uses_default_logger(argv: list[str]) -> bool:
     """Whether this command will start W&B: not for ``--help`` or ``--print_config``, nor when the last
@@ -45,3 +49,51 @@ def import_wandb_launch_early(argv: list[str]) -> None:
             import wandb.sdk.launch.inputs.internal  # noqa: F401
         except ImportError:  # a W&B without Launch: nothing to do early
             pass
+
+
+def wandb_credentials_found() -> bool:
+    """True if W&B can authenticate without asking: an API key in the environment or ~/.netrc."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        return netrc.netrc().authenticators(os.environ.get("WANDB_BASE_URL", "api.wandb.ai").split("//")[-1]) is not None
+    except (FileNotFoundError, netrc.NetrcParseError):
+        return False
+
+
+def resolve_wandb_mode() -> str | None:
+    """Set ``WANDB_MODE`` as this run's W&B will use it, and return it: an empty value (``WANDB_MODE= lit-otclust
+    fit ...``, which W&B rejects with a validation traceback) reads as unset, and unset without credentials is
+    ``offline`` (online W&B would prompt for a key, or hang without network). Idempotent."""
+    if os.environ.get("WANDB_MODE") == "":
+        del os.environ["WANDB_MODE"]
+    if "WANDB_MODE" not in os.environ and not wandb_credentials_found():
+        os.environ["WANDB_MODE"] = "offline"
+    return os.environ.get("WANDB_MODE")
+
+
+def start_wandb_service_early(argv: list[str]) -> threading.Thread | None:
+    """Start W&B's service process (``wandb.setup()``) in a thread, if this command will start W&B, so that it
+    boots on another core while torch and Lightning import, instead of inside the run's ``wandb.init``.
+
+    ``wandb.init`` takes the same lock the thread holds while the service starts, so it waits for it if it comes
+    first. W&B reads its environment variables here, once: the mode is settled first (:func:`resolve_wandb_mode`), and
+    anything that changes a ``WANDB_*`` variable later makes ``wandb.init`` warn that the change is ignored. Only
+    rank 0's process starts one (DDP's other processes inherit its address through the environment ``wandb.setup``
+    sets). A failure here is left for ``wandb.init`` to report. Returns the thread, or None."""
+    if os.environ.get("LOCAL_RANK", "0") != "0" or not uses_default_logger(argv):
+        return None
+    if resolve_wandb_mode() == "disabled":
+        return None
+
+    def start() -> None:
+        try:
+            import wandb
+
+            wandb.setup()
+        except Exception:  # noqa: BLE001 - wandb.init starts it again and says what is wrong
+            pass
+
+    thread = threading.Thread(target=start, name="wandb-service-start", daemon=True)
+    thread.start()
+    return thread

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -109,6 +110,23 @@ def test_linked_last_checkpoint_is_one_write_and_equals_a_saved_last(tmp_path: P
     assert ours["global_step"] == reference["global_step"] == 12
     for key in ("state_dict", "optimizer_states"):
         assert str(ours[key]) == str(reference[key])
+
+
+def test_linked_last_checkpoint_copies_where_hard_links_fail(tmp_path: Path, monkeypatch) -> None:
+    """A file system without hard links: last.ckpt is a copy of the epoch's checkpoint, a file of its own, synced to
+    disk before it is renamed into place, with no temporary left."""
+    def no_link(src, dst):
+        raise OSError("hard links not supported")
+
+    synced: list[str] = []
+    fsync = os.fsync
+    monkeypatch.setattr(os, "link", no_link)
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), fsync(fd)))
+    _fit(tmp_path, LinkedLastCheckpoint(dirpath=tmp_path, filename="e{epoch}", auto_insert_metric_name=False))
+    last, epoch = tmp_path / "last.ckpt", tmp_path / "e2.ckpt"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e2.ckpt", "last.ckpt"]
+    assert not last.samefile(epoch) and last.read_bytes() == epoch.read_bytes()
+    assert any(".last.ckpt.link-" in path for path in synced)
 
 
 def test_linked_last_checkpoint_never_links_an_older_step(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 import signal
@@ -21,12 +22,12 @@ import wandb
 from scipy.optimize import linear_sum_assignment
 
 from lit_otclust.callbacks import PhaseSwitch
-from lit_otclust.cli import (OTClusterCLI, cores_oversubscribed, default_loggers, main, skip_nvml_check_without_gpus,
-                             wandb_credentials_found)
+from lit_otclust.cli import (EPOCH_END_ONLY, OTClusterCLI, cores_oversubscribed, default_loggers, main,
+                             skip_nvml_check_without_gpus)
 from lit_otclust.data import MNISTDataModule
 from lit_otclust.experiments import read_curves
 from lit_otclust.models import MLPAutoencoder
-from lit_otclust.startup import uses_default_logger
+from lit_otclust.startup import uses_default_logger, wandb_credentials_found
 from lit_otclust.system import DeepClustering
 
 REPO = Path(__file__).resolve().parents[1]
@@ -120,6 +121,36 @@ def test_a_run_that_logs_to_wandb_imports_its_launch_module_before_torch_and_one
         assert "torch" in modules and "wandb" not in modules, argv
 
 
+def test_the_entry_module_starts_wandbs_service_early_only_for_rank_zero_of_a_command_that_logs_to_wandb(tmp_path):
+    """startup.start_wandb_service_early: the service boots in a thread while torch imports (benchmarks/README.md), with
+    WANDB_MODE settled first (offline without credentials); no thread for --help, DDP's other ranks or disabled W&B."""
+    code = """import os, sys
+from lit_otclust.startup import start_wandb_service_early
+thread = start_wandb_service_early(sys.argv[1:])
+if thread is None:
+    print("none", "wandb" in sys.modules)
+else:
+    thread.join(120)
+    from wandb.sdk import wandb_setup
+    print("started", os.environ.get("WANDB_MODE"), wandb_setup._singleton._connection is not None)
+"""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_") and k != "LOCAL_RANK"}
+    base["HOME"] = str(tmp_path)  # no ~/.netrc credentials
+
+    def run(argv: list[str], **env: str) -> str:
+        proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300,
+                              cwd=REPO, env={**base, **env})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout.strip().splitlines()[-1]
+
+    fit = ["fit", "--config", SMOKE]
+    assert run(fit) == "started offline True"
+    assert run(fit, WANDB_MODE="") == "started offline True"  # empty reads as unset
+    assert run(["fit", "--help"]) == "none False"
+    assert run(fit, LOCAL_RANK="1") == "none False"
+    assert run(fit, WANDB_MODE="disabled") == "none False"
+
+
 @pytest.mark.parametrize("config, argv, wanted", [
     (None, [], True),  # the CLI's default logger is W&B's
     ("logger: false", [], False),
@@ -183,7 +214,10 @@ def test_module_entry_point_fits_logs_and_switches_phase(data_dir, tmp_path):
     assert "wandb" in console  # W&B speaks (offline run, sync hint), so its silence below is not WANDB_SILENT's
     # ... and the busy-cores warning is silent when the user has set the threads (whatever the load).
     # nanobind's leak report at shutdown: the objects the entry point froze are never freed (triton, with torch).
-    for notice in ("anonymous setting has no effect", "litlogger", "litmodels", "LeafSpec", "load average", "leaked"):
+    # W&B's "changes to your wandb environment variables will be ignored": a WANDB_* variable changed after the service
+    # started early read them (WandbLogger's offline=True rewrote WANDB_MODE to "dryrun").
+    for notice in ("anonymous setting has no effect", "litlogger", "litmodels", "LeafSpec", "load average", "leaked",
+                   "will be ignored"):
         assert notice not in console, notice
     rows = epoch_metrics(tmp_path)
     assert sorted(rows) == [0, 1, 2]
@@ -375,12 +409,20 @@ def test_every_training_config_builds(config, monkeypatch):
     assert (switch.pretrain_epochs > 0) == (stem.endswith("_p") or stem == "smoke")
 
 
-@pytest.mark.parametrize("extra, refresh", [([], 10), (["--trainer.enable_progress_bar", "false"], None),
-                                             (["--trainer.callbacks+=TQDMProgressBar", "--trainer.callbacks.refresh_rate=1"], 1)])
-def test_progress_bar_redraws_every_tenth_step_unless_the_user_says_otherwise(extra, refresh, monkeypatch):
-    """The default bar redraws every 10th step (Lightning's, every step, cost ~6% of an MNIST step); a bar
-    in trainer.callbacks replaces it, and enable_progress_bar false leaves none."""
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("extra, terminal, refresh", [
+    ([], True, 10), ([], False, EPOCH_END_ONLY), (["--trainer.enable_progress_bar", "false"], True, None),
+    (["--trainer.callbacks+=TQDMProgressBar", "--trainer.callbacks.refresh_rate=1"], False, 1)])
+def test_progress_bar_redraws_every_tenth_step_unless_the_user_says_otherwise(extra, terminal, refresh, monkeypatch):
+    """The default bar redraws every 10th step on a terminal (Lightning's, every step, cost ~6% of an MNIST step) and
+    at each epoch's end when stdout is not one (a job's log file); a bar in trainer.callbacks replaces it, and
+    enable_progress_bar false leaves none."""
     monkeypatch.setenv("WANDB_MODE", "disabled")
+    monkeypatch.setattr(sys, "stdout", _Terminal() if terminal else io.StringIO())
     cli = OTClusterCLI(DeepClustering, L.LightningDataModule, subclass_mode_data=True, run=False,
                        args=["--config", str(REPO / "configs" / "mnist_ot.yaml"), "--trainer.logger", "false", *extra])
     bars = [cb for cb in cli.trainer.callbacks if isinstance(cb, ProgressBar)]
