@@ -173,7 +173,8 @@ def _margins(fig: Figure, left: float, right: float, bottom: float, top: float, 
     """Place the subplots ``left``, ``right``, ``bottom`` and ``top`` inches from the figure's edges, ``gap`` inches
     apart side by side, with each drawing sizing its margins from what they hold (tick labels' characters, title
     lines). matplotlib's constrained layout measures every text in an extra drawing pass instead: a drawing of four
-    MNIST pictures took 0.60-0.62 s with it, 0.38-0.40 s without (``benchmarks/results/bench_figures_margins_2026-11-26.txt``).
+    MNIST pictures took 0.60-0.62 s with it, 0.38-0.40 s without
+    (``benchmarks/results/bench_figures_margins_2026-11-26.txt``).
     A colorbar's slot (15% of its panel) holds its own ticks and label."""
     width, height = fig.get_size_inches()
     columns = max((ax.get_subplotspec().get_gridspec().ncols for ax in fig.axes if ax.get_subplotspec()), default=1)
