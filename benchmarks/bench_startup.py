@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_startup [--repeats 3]
     python -m benchmarks.bench_startup --garbage   (what a gc.collect() after the imports would free)
+    python -m benchmarks.bench_startup --cli       (the command line's parsing with one subcommand parser or four)
 
 Each figure is a fresh interpreter, run alternately ``repeats`` times, median printed:
 
@@ -16,6 +17,10 @@ Each figure is a fresh interpreter, run alternately ``repeats`` times, median pr
   where ``init`` imports it and imported first, before torch (as ``lit_otclust.__main__`` does for a run that
   logs to W&B), and with W&B's service also started in a thread before torch's import
   (``lit_otclust.startup.start_wandb_service_early``, as ``lit_otclust.__main__`` does too).
+
+``--cli`` times instead, in this process, ``OTClusterCLI`` parsing and instantiating ``fit --config
+configs/mnist_ot.yaml`` (W&B off, nothing run) as it does, building the named subcommand's parser only, and with
+Lightning's four (fit, validate, test, predict), alternately, ``repeats`` times each after one of each to warm up.
 """
 
 from __future__ import annotations
@@ -83,11 +88,45 @@ def imports_inside_init(stderr: str) -> list[tuple[float, str]]:
     return sorted(rows, reverse=True)
 
 
+def cli_parsing(repeats: int) -> None:
+    import os
+
+    import lightning as L
+    from lightning.pytorch.cli import LightningCLI
+
+    from lit_otclust.cli import OTClusterCLI
+    from lit_otclust.system import DeepClustering
+
+    class ParseOnly(OTClusterCLI):
+        def _run_subcommand(self, subcommand: str) -> None:
+            pass
+
+    class EveryParser(ParseOnly):
+        subcommands = staticmethod(LightningCLI.subcommands)
+
+    os.environ["WANDB_MODE"] = "disabled"
+    argv = ["fit", "--config", str(REPO / "configs" / "mnist_ot.yaml"), "--trainer.logger", "false"]
+    times: dict[str, list[float]] = {"one parser (the CLI's)": [], "four parsers (Lightning's)": []}
+    for r in range(repeats + 1):
+        for name, cls in (("one parser (the CLI's)", ParseOnly), ("four parsers (Lightning's)", EveryParser)):
+            start = time.perf_counter()
+            cli = cls(DeepClustering, L.LightningDataModule, subclass_mode_data=True, args=argv)
+            if r:  # the first round warms up
+                times[name].append(time.perf_counter() - start)
+            assert len(cli._subcommand_parsers) == (1 if cls is ParseOnly else 4)
+    for name, values in times.items():
+        print(f"{name:27s}: median {statistics.median(values):5.3f} s  ({', '.join(f'{v:.3f}' for v in values)})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--garbage", action="store_true", help="only count what a collection after the imports frees")
+    parser.add_argument("--cli", action="store_true", help="only time the command line's parsing, one parser or four")
     args = parser.parse_args()
+    if args.cli:
+        cli_parsing(args.repeats)
+        return
     if args.garbage:
         found, size, live = wall(GARBAGE)[1].split()
         print(f"after the fit's imports (gc off): {int(live):,} objects tracked; a collection finds {int(found):,} "

@@ -112,9 +112,10 @@ class OTClusterCLI(LightningCLI):
         argv = kwargs.get("args")
         argv = sys.argv[1:] if argv is None else argv
         # The subcommand named first (`fit --config ...`), whose parser is then the only one built: Lightning builds a
-        # whole parser (Trainer, model, data, callbacks) for each of fit, validate, test and predict, 0.03 s each on
-        # 2 cores, 0.08 s of every run's start for the three it does not run. Anything else (`--help`, no
-        # subcommand, a typo) gets all four, so the help lists them and a wrong name is reported as before.
+        # whole parser (Trainer, model, data, callbacks) for each of fit, validate, test and predict: parsing and
+        # instantiating a config took 0.194 s with the four, 0.106 s with one (`bench_startup --cli`,
+        # benchmarks/results/bench_startup_cli_2026-11-26.txt). Anything else (`--help`, no subcommand, a typo) gets
+        # all four, so the help lists them and a wrong name is reported as before.
         self._only = argv[0] if isinstance(argv, (list, tuple)) and argv and argv[0] in LightningCLI.subcommands() else None
         super().__init__(*args, save_config_callback=save_config_callback, **kwargs)
 
