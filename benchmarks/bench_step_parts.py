@@ -73,7 +73,8 @@ def pieces(system: DeepClustering, x: torch.Tensor, y: torch.Tensor) -> None:
         "nearest center (train/acc, plan_moved)": lambda: module.assign(z, "distance"),
         "train/acc metric update": lambda: module.metrics["train_distance"].update(nearest[labelled], yb[labelled]),
         "finite-loss check": lambda: bool(torch.isfinite(loss.detach())),
-        "statistics' running sums (4 tensors)": lambda: {k: module._train_sums.get(k, 0.0) + v for k, v in stats.items()},
+        "statistics' running sums (4 tensors)": lambda: {k: module._train_sums.get(k, 0.0) + v
+                                                         for k, v in stats.items()},
         "finite-gradient check": lambda: module.on_before_optimizer_step(opt),
     }
     print(f"the step's pieces beyond the bare loop's, one batch of {BATCH}, threads {torch.get_num_threads()}:")

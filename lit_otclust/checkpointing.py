@@ -62,9 +62,9 @@ class LinkedLastCheckpoint(ModelCheckpoint):
     epoch's removal of ``epochNNN.ckpt`` until the new link, so a job killed in between resumes from nothing. Here
     the link is a hard link made beside ``last.ckpt`` and renamed over it: one write an epoch, and at every instant
     a complete ``last.ckpt`` (removing the ``epochNNN.ckpt`` name frees nothing ``last.ckpt`` still links). Where a
-    hard link cannot be made (file systems without them, another device) it is a copy, synced and renamed the same way; remote
-    paths (``s3://...``), and a step where no other checkpoint was saved, save ``last.ckpt`` as ``save_last=True``
-    does.
+    hard link cannot be made (file systems without them, another device) it is a copy, synced and renamed the same
+    way; remote paths (``s3://...``), and a step where no other checkpoint was saved, save ``last.ckpt`` as
+    ``save_last=True`` does.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

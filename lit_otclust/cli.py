@@ -116,7 +116,8 @@ class OTClusterCLI(LightningCLI):
         # instantiating a config took 0.194 s with the four, 0.106 s with one (`bench_startup --cli`,
         # benchmarks/results/bench_startup_cli_2026-11-26.txt). Anything else (`--help`, no subcommand, a typo) gets
         # all four, so the help lists them and a wrong name is reported as before.
-        self._only = argv[0] if isinstance(argv, (list, tuple)) and argv and argv[0] in LightningCLI.subcommands() else None
+        named = isinstance(argv, (list, tuple)) and argv and argv[0] in LightningCLI.subcommands()
+        self._only = argv[0] if named else None
         super().__init__(*args, save_config_callback=save_config_callback, **kwargs)
 
     def subcommands(self) -> dict[str, set[str]]:

@@ -305,7 +305,8 @@ def plan_figure(plan: Tensor, clusters: Tensor, order: Tensor, col_labels: list[
     fig.colorbar(im, ax=ax, shrink=0.8, label="m * P (rows sum to 1)")
     rotated = len(order) > 20
     _margins(fig, left=len(str(len(plan))) * _CHAR[10] + _LINE[10] + 0.25, right=0.15,
-             bottom=(_tick_width(col_labels) if rotated else _LINE[8] + 0.1) + _LINE[10] + 0.15, top=_title_height(title))
+             bottom=(_tick_width(col_labels) if rotated else _LINE[8] + 0.1) + _LINE[10] + 0.15,
+             top=_title_height(title))
     return fig
 
 

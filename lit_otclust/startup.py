@@ -56,7 +56,8 @@ def wandb_credentials_found() -> bool:
     if os.environ.get("WANDB_API_KEY"):
         return True
     try:
-        return netrc.netrc().authenticators(os.environ.get("WANDB_BASE_URL", "api.wandb.ai").split("//")[-1]) is not None
+        host = os.environ.get("WANDB_BASE_URL", "api.wandb.ai").split("//")[-1]
+        return netrc.netrc().authenticators(host) is not None
     except (FileNotFoundError, netrc.NetrcParseError):
         return False
 

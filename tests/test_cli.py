@@ -417,8 +417,9 @@ class _ParseOnly(OTClusterCLI):
 
 @pytest.mark.parametrize("subcommand", ["fit", "validate", "predict"])
 def test_only_the_named_subcommands_parser_is_built_and_it_parses_as_before(subcommand, monkeypatch):
-    """OTClusterCLI builds the parser of the subcommand named first only (0.09 s of every run's start, bench_startup --cli); the config it
-    parses is the one the four parsers gave, and `--help` or a typo still sees all four (the entry module's tests)."""
+    """OTClusterCLI builds the parser of the subcommand named first only (0.09 s of every run's start,
+    bench_startup --cli); the config it parses is the one the four parsers gave, and `--help` or a typo still sees all
+    four (the entry module's test below)."""
     monkeypatch.setenv("WANDB_MODE", "disabled")
     argv = [subcommand, "--config", SMOKE, "--trainer.logger", "false", "--model.epsilon", "0.05"]
     cli = _ParseOnly(DeepClustering, L.LightningDataModule, subclass_mode_data=True, args=argv)

@@ -309,7 +309,7 @@ def test_every_text_of_every_picture_lies_inside_its_figure(num_clusters):
     }
     for name, fig in figures.items():
         fig.canvas.draw()
-        # What was drawn, tick labels within the view only (matplotlib's own measure for bbox_inches="tight"), in inches.
+        # What was drawn, in inches: tick labels within the view only (matplotlib's measure for bbox_inches="tight").
         drawn = fig.get_tightbbox(fig.canvas.get_renderer())
         width, height = fig.get_size_inches()
         assert drawn.x0 >= -0.01 and drawn.y0 >= -0.01 and drawn.x1 <= width + 0.01 and drawn.y1 <= height + 0.01, \
