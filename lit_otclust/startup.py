@@ -80,9 +80,13 @@ def start_wandb_service_early(argv: list[str]) -> threading.Thread | None:
     ``wandb.init`` takes the same lock the thread holds while the service starts, so it waits for it if it comes
     first. W&B reads its environment variables here, once: the mode is settled first (:func:`resolve_wandb_mode`), and
     anything that changes a ``WANDB_*`` variable later makes ``wandb.init`` warn that the change is ignored. Only
-    rank 0's process starts one (DDP's other processes inherit its address through the environment ``wandb.setup``
-    sets). A failure here is left for ``wandb.init`` to report. Returns the thread, or None."""
-    if os.environ.get("LOCAL_RANK", "0") != "0" or not uses_default_logger(argv):
+    the process of global rank 0 starts one, where the launcher says (``LOCAL_RANK``, ``RANK``, ``SLURM_PROCID``):
+    the W&B run is rank 0's, and the processes Lightning launches beside it inherit the service's address through
+    the environment ``wandb.setup`` sets. A failure here is left for ``wandb.init`` to report. Returns the thread,
+    or None."""
+    if any(os.environ.get(rank, "0") != "0" for rank in ("LOCAL_RANK", "RANK", "SLURM_PROCID")):
+        return None
+    if not uses_default_logger(argv):
         return None
     if resolve_wandb_mode() == "disabled":
         return None

@@ -135,7 +135,8 @@ else:
     from wandb.sdk import wandb_setup
     print("started", os.environ.get("WANDB_MODE"), wandb_setup._singleton._connection is not None)
 """
-    base = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_") and k != "LOCAL_RANK"}
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith("WANDB_") and k not in ("LOCAL_RANK", "RANK", "SLURM_PROCID")}
     base["HOME"] = str(tmp_path)  # no ~/.netrc credentials
 
     def run(argv: list[str], **env: str) -> str:
@@ -149,6 +150,8 @@ else:
     assert run(fit, WANDB_MODE="") == "started offline True"  # empty reads as unset
     assert run(["fit", "--help"]) == "none False"
     assert run(fit, LOCAL_RANK="1") == "none False"
+    assert run(fit, RANK="2") == "none False"  # a node's first process, not the run's (torchrun, several nodes)
+    assert run(fit, SLURM_PROCID="1") == "none False"
     assert run(fit, WANDB_MODE="disabled") == "none False"
 
 
