@@ -177,7 +177,9 @@ def _margins(fig: Figure, left: float, right: float, bottom: float, top: float, 
     (``benchmarks/results/bench_figures_margins_2026-11-26.txt``).
     A colorbar's slot (15% of its panel) holds its own ticks and label."""
     width, height = fig.get_size_inches()
-    columns = max((ax.get_subplotspec().get_gridspec().ncols for ax in fig.axes if ax.get_subplotspec()), default=1)
+    # The figure's own grid, not the one a colorbar splits its panel into.
+    columns = max((ax.get_subplotspec().get_topmost_subplotspec().get_gridspec().ncols for ax in fig.axes
+                   if ax.get_subplotspec()), default=1)
     cell = (width - left - right - gap * (columns - 1)) / columns
     fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height,
                         wspace=gap / cell if columns > 1 else None)
