@@ -8,11 +8,12 @@ import os
 import threading
 
 
-def uses_default_logger(argv: list[str]) -> bool:
+def uses_default_logger(argv: list[str], default_only: bool = False) -> bool:
     """Whether this command will start W&B: not for ``--help`` or ``--print_config``, nor when the last
     ``--trainer.logger`` or ``--config`` file that sets ``trainer.logger`` sets it false or to loggers none of which
-    is W&B's (the CLI's default, ``true``, ``null`` or unset, logs to W&B). A guess read from argv and the config
-    files alone (the CLI's parser is not imported yet); a wrong guess costs time only."""
+    is W&B's (the CLI's default, ``true``, ``null`` or unset, logs to W&B). With ``default_only``, only the CLI's
+    default counts, not a W&B logger the command configures itself. A guess read from argv and the config files
+    alone (the CLI's parser is not imported yet); a wrong guess costs time only."""
     import yaml  # PyYAML, a dependency of jsonargparse: ~10 ms, no torch
 
     wanted = True
@@ -23,7 +24,10 @@ def uses_default_logger(argv: list[str]) -> bool:
         if not value and i + 1 < len(argv):
             value = argv[i + 1]
         if key == "--trainer.logger":
-            wanted = value.strip().lower() in ("true", "null", "none") or "wandb" in value.lower()
+            default = value.strip().lower() in ("true", "null", "none")
+            wanted = default or (not default_only and "wandb" in value.lower())
+        elif key.startswith("--trainer.logger.") and default_only:  # a logger's own settings: not the default
+            wanted = False
         elif key in ("-c", "--config"):
             try:
                 with open(value) as f:
@@ -31,7 +35,8 @@ def uses_default_logger(argv: list[str]) -> bool:
             except (OSError, yaml.YAMLError, AttributeError):
                 continue  # the CLI reports a bad config file itself
             if isinstance(trainer, dict) and "logger" in trainer:
-                wanted = trainer["logger"] in (True, None) or "wandb" in str(trainer["logger"]).lower()
+                default = trainer["logger"] in (True, None)
+                wanted = default or (not default_only and "wandb" in str(trainer["logger"]).lower())
     return wanted
 
 
@@ -74,8 +79,9 @@ def resolve_wandb_mode() -> str | None:
 
 
 def start_wandb_service_early(argv: list[str]) -> threading.Thread | None:
-    """Start W&B's service process (``wandb.setup()``) in a thread, if this command will start W&B, so that it
-    boots on another core while torch and Lightning import, instead of inside the run's ``wandb.init``.
+    """Start W&B's service process (``wandb.setup()``) in a thread, if this command logs to W&B through the CLI's
+    default logger, so that it boots on another core while torch and Lightning import, instead of inside the run's
+    ``wandb.init``.
 
     ``wandb.init`` takes the same lock the thread holds while the service starts, so it waits for it if it comes
     first. W&B reads its environment variables here, once: the mode is settled first (:func:`resolve_wandb_mode`), and
@@ -86,7 +92,10 @@ def start_wandb_service_early(argv: list[str]) -> threading.Thread | None:
     or None."""
     if any(os.environ.get(rank, "0") != "0" for rank in ("LOCAL_RANK", "RANK", "SLURM_PROCID")):
         return None
-    if not uses_default_logger(argv):
+    # Only for the CLI's default logger, whose WandbLogger is built to leave W&B's variables as they are here; a W&B
+    # logger configured by the command may change them (WandbLogger's offline=True sets WANDB_MODE=dryrun), which
+    # a service started before would ignore: with credentials, such a run went online instead of offline.
+    if not uses_default_logger(argv, default_only=True):
         return None
     if resolve_wandb_mode() == "disabled":
         return None

@@ -153,6 +153,13 @@ else:
     assert run(fit, RANK="2") == "none False"  # a node's first process, not the run's (torchrun, several nodes)
     assert run(fit, SLURM_PROCID="1") == "none False"
     assert run(fit, WANDB_MODE="disabled") == "none False"
+    # A W&B logger the command configures itself may set W&B's variables after the start (WandbLogger's offline=True
+    # sets WANDB_MODE=dryrun), which a service started before would ignore: no early start for it.
+    own = tmp_path / "own.yaml"
+    own.write_text("trainer:\n  logger:\n    class_path: lightning.pytorch.loggers.WandbLogger\n"
+                   "    init_args:\n      offline: true\n")
+    assert run(["fit", "--config", SMOKE, "--config", str(own)]) == "none False"
+    assert run([*fit, "--trainer.logger", "WandbLogger", "--trainer.logger.offline", "true"]) == "none False"
 
 
 @pytest.mark.parametrize("config, argv, wanted", [
@@ -172,6 +179,9 @@ def test_the_entry_module_tells_which_commands_start_wandb(tmp_path, config, arg
         path.write_text(f"trainer:\n  {config}\n")
         args += ["--config", str(path)]
     assert uses_default_logger([*args, *argv]) is wanted
+    # The CLI's default logger only: not a W&B logger the command names (the early service's gate).
+    explicit = "wandb" in (config or "").lower() or any("wandb" in a.lower() for a in argv)
+    assert uses_default_logger([*args, *argv], default_only=True) is (wanted and not explicit)
 
 
 @pytest.mark.parametrize("load, cores, threads, busy", [
