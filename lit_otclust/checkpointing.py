@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,20 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+
+@contextmanager
+def _staged(path: Path, tag: str) -> Iterator[Path]:
+    """A temporary name ``.<name>.<tag>-<pid>`` beside ``path`` for the caller to write, renamed over ``path`` when
+    the block succeeds (atomic on POSIX file systems) and removed whatever happens. The caller syncs what it wrote,
+    so the bytes are on disk before the name points at them."""
+    tmp = path.with_name(f".{path.name}.{tag}-{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -42,15 +58,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             return super().save_checkpoint(checkpoint, path, storage_options)
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        try:
-            with open(tmp, "wb") as fh:
-                torch.save(checkpoint, fh)
-                fh.flush()
-                os.fsync(fh.fileno())  # the bytes are on disk before the name points at them
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with _staged(path, "tmp") as tmp, open(tmp, "wb") as fh:
+            torch.save(checkpoint, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
 
 
 class LinkedLastCheckpoint(ModelCheckpoint):
@@ -84,18 +95,13 @@ class LinkedLastCheckpoint(ModelCheckpoint):
             self._save_checkpoint(trainer, linkpath)
             return
         if trainer.is_global_zero and os.path.abspath(filepath) != os.path.abspath(linkpath):
-            tmp = Path(linkpath).with_name(f".{Path(linkpath).name}.link-{os.getpid()}")
-            tmp.unlink(missing_ok=True)
-            try:
+            with _staged(Path(linkpath), "link") as tmp:
                 try:
                     os.link(filepath, tmp)
                 except OSError:
                     shutil.copyfile(filepath, tmp)
                     with open(tmp, "rb+") as fh:
-                        os.fsync(fh.fileno())  # as AtomicCheckpointIO: the copy is on disk before the name points at it
-                os.replace(tmp, linkpath)
-            finally:
-                tmp.unlink(missing_ok=True)
+                        os.fsync(fh.fileno())
         trainer.strategy.barrier()
 
 
