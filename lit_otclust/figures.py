@@ -159,7 +159,7 @@ def _when(epoch: int | None) -> str:
 
 
 # Inches a character (mean width of DejaVu Sans, matplotlib's default font) and a line take at a font size.
-_CHAR = {8: 0.07, 9: 0.075, 10: 0.09}
+_CHAR = {8: 0.07, 10: 0.09}
 _LINE = {8: 0.16, 9: 0.18, 10: 0.2}
 
 
