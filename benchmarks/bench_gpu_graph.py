@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import functools
 import time
+import traceback
 
 import torch
 from sklearn.cluster import KMeans
@@ -105,11 +106,8 @@ def batched_solve(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: torch
         f = e * (log_a - torch.logsumexp((g - cost) / e, 1))  # (n,)
         g = e * (log_b - torch.logsumexp((f[:, None] - cost) / e, 0))  # (K,)
 
-    def constants(values: tuple[float, ...]) -> torch.Tensor:  # fills, not a host copy: a CUDA graph captures them
-        out = torch.empty(len(values), dtype=cost.dtype, device=cost.device)
-        for i, v in enumerate(values):
-            out[i] = v
-        return out
+    def constants(values: tuple[float, ...]) -> torch.Tensor:  # fill kernels, not a host copy, which a capture refuses
+        return torch.stack([torch.full((), v, dtype=cost.dtype, device=cost.device) for v in values])
 
     damp, steps = constants(dampings), constants(lengths)  # (D,), (L,)
     eye = torch.eye(len(b), dtype=cost.dtype, device=cost.device)
@@ -131,8 +129,11 @@ def batched_solve(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: torch
         for _ in range(count):
             q = plan.sum(0)  # (K,)
             hess = torch.diag(q) - plan.T @ (plan / a[:, None])  # (K, K), PSD, the gauge its null direction
-            chol, info = torch.linalg.cholesky_ex(hess + damp[:, None, None] * q.max() * eye)  # (D, K, K)
-            directions = e * torch.cholesky_solve((b - q)[None, :, None].expand(len(damp), -1, 1), chol)[..., 0]
+            # One factorisation a damping, as measured on the H200 (gpu_check_2026-11-26b_h200.txt); the batched
+            # call captures as well (benchmarks/probe_graph_capture.py), and would launch fewer kernels eagerly.
+            chol, info = zip(*(torch.linalg.cholesky_ex(hess + damp[i] * q.max() * eye) for i in range(len(damp))))
+            info = torch.stack(info)  # (D,)
+            directions = e * torch.stack([torch.cholesky_solve((b - q)[:, None], c)[:, 0] for c in chol])  # (D, K)
             cands = g + (steps[:, None, None] * directions).reshape(-1, len(b))  # (L * D, K)
             c_log_plan, c_plan, c_value, c_err = evaluate(cands, e)
             factored = (info == 0).repeat(len(steps))  # (L * D,), in cands' order
@@ -261,8 +262,9 @@ def main() -> None:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 step()
-        except RuntimeError as err:  # report and keep the eager figures
-            print(f"capture failed: {err}")
+        except RuntimeError as err:  # report where, and keep the eager figures
+            where = traceback.extract_tb(err.__traceback__)[-1]
+            print(f"capture failed at {where.filename.rsplit('/', 1)[-1]}:{where.lineno} ({where.line}): {err}")
             graph = None
 
     def replay(batches: list[torch.Tensor]) -> None:

@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
+
+from benchmarks.bench_gpu_graph import batched_solve, fixed_solve
 
 from lit_otclust.cli import main
 from lit_otclust.ot import ot_clustering_loss, sinkhorn, squared_distances
@@ -31,6 +35,39 @@ def test_sinkhorn_and_its_gradient_on_the_gpu_equal_the_cpus():
         grads[device] = (loss.item(), zd.grad.cpu())
     assert np.isclose(grads["cuda"][0], grads["cpu"][0], rtol=1e-4)
     torch.testing.assert_close(grads["cuda"][1], grads["cpu"][1], rtol=1e-3, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["damped", "batched"])
+def test_the_sync_free_solves_replay_as_one_cuda_graph(name):
+    """The solves the graphed step needs: captured (no host copy or sync inside: the batched one's first captures
+    failed on element writes of its constants), and a replay on a new problem copied into the captured input equals
+    the eager solve of it."""
+    solve = fixed_solve if name == "damped" else functools.partial(batched_solve, continuation=(16.0, 4.0, 1.0))
+    problems = []
+    for seed in (5, 6):
+        z, centers, a, b = _problem(300, 10, seed, p=10)
+        problems.append(squared_distances(z, centers).cuda())
+    a, b, g0 = a.cuda(), b.cuda(), torch.zeros(10, dtype=torch.float64, device="cuda")
+    library = torch.backends.cuda.preferred_linalg_library()
+    torch.backends.cuda.preferred_linalg_library("cusolver")  # as bench_gpu_graph captures: MAGMA's may sync
+    try:
+        eager = [solve(cost, a, b, g0, 0.01, 3, 16) for cost in problems]
+        cost = problems[0].clone()  # the graph's input: each replay reads whatever is copied into it
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            solve(cost, a, b, g0, 0.01, 3, 16)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            log_plan, g = solve(cost, a, b, g0, 0.01, 3, 16)
+    finally:
+        torch.backends.cuda.preferred_linalg_library(library)
+    for problem, (eager_log_plan, eager_g) in zip(problems[::-1], eager[::-1]):
+        cost.copy_(problem)
+        graph.replay()
+        torch.testing.assert_close(log_plan.exp(), eager_log_plan.exp(), rtol=0, atol=1e-12)  # entries <= 1/300
+        torch.testing.assert_close(g, eager_g, rtol=0, atol=1e-10)
 
 
 def _nccl_worker(rank: int, world_size: int, cost, b, z, centers):
