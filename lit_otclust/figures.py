@@ -190,7 +190,7 @@ def _title(ax: Axes, title: str) -> None:
     # At the axes' top (y = 1), where matplotlib's automatic placement puts it when no tick labels are above the
     # axes (none of these pictures has any): that placement measures every tick label on each drawing. The same
     # pixels; with save_png's compression level a drawing of four MNIST pictures took 0.35-0.36 s instead of
-    # 0.39-0.40 (benchmarks/results/bench_figures_title_png_2026-11-27.txt).
+    # 0.39-0.40 (benchmarks/results/bench_figures_title_png_2026-11-26.txt).
     ax.set_title(title, fontsize=9, y=1.0)
 
 
