@@ -82,9 +82,11 @@ def fixed_solve(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: torch.T
 def batched_solve(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: torch.Tensor, eps: float, iters: int,
                   trials: int, dampings: tuple[float, ...] = (1e-10, 1e-5, 1e-3, 1e-1, 10.0),
                   lengths: tuple[float, ...] = (1.0, 0.5, 0.25, 0.125, 1 / 16),
-                  continuation: tuple[float, ...] = (1.0,)) -> tuple[torch.Tensor, torch.Tensor]:
+                  continuation: tuple[float, ...] = (1.0,),
+                  cholesky: str = "each") -> tuple[torch.Tensor, torch.Tensor]:
     """``fixed_solve``'s problem and outputs, with every trial's choices made at once instead of one after another:
-    each trial factorises the semi-dual Hessian at all ``dampings`` (times max q) as one batched Cholesky, and
+    each trial factorises the semi-dual Hessian at all ``dampings`` (times max q) (``cholesky``: ``"batched"`` as
+    one batched Cholesky, ``"each"`` one call a damping, the form the H200 of 2026-11-26b timed), and
     evaluates each damped Newton step at each of the step ``lengths``, all the candidates as one (D * L, n, K)
     batch; g moves to the candidate with the smallest column error among those that do not lower the semi-dual F
     below its rounding, or stays. A damped trial that fails is a trial spent (``fixed_solve`` raises its damping and
@@ -129,11 +131,15 @@ def batched_solve(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: torch
         for _ in range(count):
             q = plan.sum(0)  # (K,)
             hess = torch.diag(q) - plan.T @ (plan / a[:, None])  # (K, K), PSD, the gauge its null direction
-            # One factorisation a damping, as measured on the H200 (gpu_check_2026-11-26b_h200.txt); the batched
-            # call captures as well (benchmarks/probe_graph_capture.py), and would launch fewer kernels eagerly.
-            chol, info = zip(*(torch.linalg.cholesky_ex(hess + damp[i] * q.max() * eye) for i in range(len(damp))))
-            info = torch.stack(info)  # (D,)
-            directions = e * torch.stack([torch.cholesky_solve((b - q)[:, None], c)[:, 0] for c in chol])  # (D, K)
+            shifted = hess + damp[:, None, None] * q.max() * eye  # (D, K, K)
+            rhs = (b - q)[:, None]  # (K, 1)
+            if cholesky == "each":  # a factorisation and a solve a damping
+                chol, info = zip(*(torch.linalg.cholesky_ex(m) for m in shifted))
+                info = torch.stack(info)  # (D,)
+                directions = e * torch.stack([torch.cholesky_solve(rhs, c)[:, 0] for c in chol])  # (D, K)
+            else:  # one batched call of each: fewer launches; they capture too (benchmarks/probe_graph_capture.py)
+                chol, info = torch.linalg.cholesky_ex(shifted)
+                directions = e * torch.cholesky_solve(rhs.expand(len(damp), -1, 1), chol)[..., 0]
             cands = g + (steps[:, None, None] * directions).reshape(-1, len(b))  # (L * D, K)
             c_log_plan, c_plan, c_value, c_err = evaluate(cands, e)
             factored = (info == 0).repeat(len(steps))  # (L * D,), in cands' order
@@ -202,6 +208,8 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=30, help="Newton trials a step")
     parser.add_argument("--solver", choices=["damped", "batched"], default="damped",
                         help="damped: fixed_solve; batched: batched_solve (5 dampings x 5 lengths a trial)")
+    parser.add_argument("--cholesky", choices=["each", "batched"], default="each",
+                        help="batched: the Cholesky at every damping and its solve as one batched call each")
     parser.add_argument("--continuation", type=float, nargs="+", default=[1.0],
                         help="batched: the epsilon factors its trials run at in turn, ending at 1 (e.g. 16 4 1)")
     parser.add_argument("--steps", type=int, default=200, help="steps a timing")
@@ -225,7 +233,7 @@ def main() -> None:
     opt = torch.optim.Adam([*model.parameters(), centers], lr=1e-3, fused=True, **({"capturable": True} if cuda else {}))
     w = torch.full((10,), 0.1, device=dev)
     solve = fixed_solve if args.solver == "damped" else functools.partial(
-        batched_solve, continuation=tuple(args.continuation))
+        batched_solve, continuation=tuple(args.continuation), cholesky=args.cholesky)
     step = SyncFreeStep(model, centers, opt, x, w, m, lam, eps, args.iters, args.trials, solve)
     steps_per_epoch = len(x) // m
 
@@ -240,7 +248,7 @@ def main() -> None:
 
     print(f"device {torch.cuda.get_device_name(0) if cuda else 'cpu'}, torch {torch.__version__}, "
           f"{args.iters} Sinkhorn iterations and {args.trials} {args.solver} Newton trials a sync-free step "
-          f"(continuation {args.continuation if args.solver == 'batched' else 'none'}), "
+          f"(continuation {args.continuation if args.solver == 'batched' else 'none'}, Cholesky {args.cholesky}), "
           f"{args.steps} steps a timing")
     with torch.no_grad():  # the solve against sinkhorn's on one batch, from a cold start
         cost = squared_distances(model.encoder(x[:m]), centers).double()

@@ -37,12 +37,13 @@ def test_sinkhorn_and_its_gradient_on_the_gpu_equal_the_cpus():
     torch.testing.assert_close(grads["cuda"][1], grads["cpu"][1], rtol=1e-3, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ["damped", "batched"])
+@pytest.mark.parametrize("name", ["damped", "batched", "batched_cholesky"])
 def test_the_sync_free_solves_replay_as_one_cuda_graph(name):
     """The solves the graphed step needs: captured (no host copy or sync inside: the batched one's first captures
     failed on element writes of its constants), and a replay on a new problem copied into the captured input equals
     the eager solve of it."""
-    solve = fixed_solve if name == "damped" else functools.partial(batched_solve, continuation=(16.0, 4.0, 1.0))
+    solve = fixed_solve if name == "damped" else functools.partial(
+        batched_solve, continuation=(16.0, 4.0, 1.0), cholesky="batched" if name == "batched_cholesky" else "each")
     problems = []
     for seed in (5, 6):
         z, centers, a, b = _problem(300, 10, seed, p=10)
