@@ -154,9 +154,10 @@ def main() -> None:
     print(f"  ratio     | {f['wall'] / b['wall']:6.2f}x | {f['cpu'] / b['cpu']:6.2f}x | {f['step'] / b['step']:6.2f}x |")
     # Within a pair both ran back to back, so their ratio cancels slow drifts of the machine; the spread of these
     # ratios says how far the medians above can be trusted.
-    paired = [rf[2]["ms_per_step"] / rb[2]["ms_per_step"] for rf, rb in zip(rows["fit"], rows["bare"])]
-    print(f"  ms/step ratio within each pair: {', '.join(f'{r:.2f}x' for r in paired)} "
-          f"(median {statistics.median(paired):.2f}x)")
+    for label, key in (("wall", lambda r: r[0]), ("ms/step", lambda r: r[2]["ms_per_step"])):
+        paired = [key(rf) / key(rb) for rf, rb in zip(rows["fit"], rows["bare"])]
+        print(f"  {label} ratio within each pair: {', '.join(f'{r:.2f}x' for r in paired)} "
+              f"(median {statistics.median(paired):.2f}x)")
 
 
 if __name__ == "__main__":

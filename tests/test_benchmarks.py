@@ -1,0 +1,21 @@
+"""Helpers of benchmarks/ whose figures the README quotes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.fit_ratio_ci import pair_ratios
+
+
+def test_pair_ratios_reads_each_complete_pair_of_a_bench_fit_record(tmp_path: Path):
+    record = tmp_path / "bench_fit.txt"
+    record.write_text("# python -m benchmarks.bench_fit ...\n"
+                      "pair 0 fit : wall   16.4 s  cpu   28.7 s  13.4 ms/step  eval 0.33 s/epoch\n"
+                      "pair 0 bare: wall   14.7 s  cpu   25.6 s  12.3 ms/step  eval 0.25 s/epoch\n"
+                      "pair 1 bare: wall   15.0 s  cpu   26.2 s  12.5 ms/step  eval 0.25 s/epoch\n"
+                      "pair 1 fit : wall   17.3 s  cpu   30.2 s  14.3 ms/step  eval 0.33 s/epoch\n"
+                      "pair 2 fit : wall   17.2 s  cpu   29.9 s  14.1 ms/step  eval 0.32 s/epoch\n"  # cut short
+                      "  ratio     |   1.17x |   1.16x |   1.15x |\n")
+    assert pair_ratios(record) == pytest.approx([16.4 / 14.7, 17.3 / 15.0])
