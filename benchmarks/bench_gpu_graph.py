@@ -163,8 +163,9 @@ class SyncFreeStep:
 
     def __init__(self, model: torch.nn.Module, centers: torch.Tensor, opt: torch.optim.Optimizer, x: torch.Tensor,
                  w: torch.Tensor, batch: int, lam: float, eps: float, iters: int, trials: int,
-                 solve=None) -> None:
+                 solve=None, adam_in_graph: bool = True) -> None:
         self.model, self.centers, self.opt, self.x, self.w = model, centers, opt, x, w
+        self.adam_in_graph = adam_in_graph
         self.solve = solve or fixed_solve  # fixed_solve or batched_solve
         self.lam, self.eps, self.iters, self.trials = lam, eps, iters, trials
         dev = x.device
@@ -188,8 +189,19 @@ class SyncFreeStep:
             torch.maximum(self.col_err, (plan.sum(0) - self.w).abs().sum(), out=self.col_err)
         loss = recon + self.lam * _objective(plan, log_plan, cost, self.eps)
         loss.backward()
-        self.opt.step()
+        if self.adam_in_graph:
+            self.opt.step()
         self.loss.copy_(loss.detach())
+
+    def update(self, grads: list[torch.Tensor] | None = None) -> None:
+        """Adam's step outside the graph (``adam_in_graph=False``), eager, as Lightning's loop takes it after a
+        training step: the form of a graphed step that keeps Lightning's automatic optimisation (the graph holds the
+        forward, the solve and the backward). ``grads``, a capture's gradient buffers, are put back on the
+        parameters first: Lightning's ``zero_grad(set_to_none=True)`` drops them before every step."""
+        if grads is not None:
+            for p, grad in zip((p for group in self.opt.param_groups for p in group["params"]), grads):
+                p.grad = grad
+        self.opt.step()
 
 
 def state(step: SyncFreeStep) -> list[torch.Tensor]:
@@ -212,6 +224,8 @@ def main() -> None:
                         help="batched: the Cholesky at every damping and its solve as one batched call each")
     parser.add_argument("--continuation", type=float, nargs="+", default=[1.0],
                         help="batched: the epsilon factors its trials run at in turn, ending at 1 (e.g. 16 4 1)")
+    parser.add_argument("--adam-outside", action="store_true",
+                        help="Adam's step eager after each replay, not in the graph (SyncFreeStep.update)")
     parser.add_argument("--steps", type=int, default=200, help="steps a timing")
     parser.add_argument("--check", type=int, default=20, help="steps of the graph-against-eager comparison")
     parser.add_argument("--epochs", type=int, default=3)
@@ -234,7 +248,8 @@ def main() -> None:
     w = torch.full((10,), 0.1, device=dev)
     solve = fixed_solve if args.solver == "damped" else functools.partial(
         batched_solve, continuation=tuple(args.continuation), cholesky=args.cholesky)
-    step = SyncFreeStep(model, centers, opt, x, w, m, lam, eps, args.iters, args.trials, solve)
+    step = SyncFreeStep(model, centers, opt, x, w, m, lam, eps, args.iters, args.trials, solve,
+                        adam_in_graph=not args.adam_outside)
     steps_per_epoch = len(x) // m
 
     def indices(n_steps: int) -> list[torch.Tensor]:
@@ -245,10 +260,13 @@ def main() -> None:
             step.idx.copy_(idx)
             opt.zero_grad(set_to_none=True)
             step()
+            if args.adam_outside:
+                step.update()
 
     print(f"device {torch.cuda.get_device_name(0) if cuda else 'cpu'}, torch {torch.__version__}, "
           f"{args.iters} Sinkhorn iterations and {args.trials} {args.solver} Newton trials a sync-free step "
-          f"(continuation {args.continuation if args.solver == 'batched' else 'none'}, Cholesky {args.cholesky}), "
+          f"(continuation {args.continuation if args.solver == 'batched' else 'none'}, Cholesky {args.cholesky}; "
+          f"Adam {'eager after each replay' if args.adam_outside else 'in the graph'}), "
           f"{args.steps} steps a timing")
     with torch.no_grad():  # the solve against sinkhorn's on one batch, from a cold start
         cost = squared_distances(model.encoder(x[:m]), centers).double()
@@ -257,7 +275,7 @@ def main() -> None:
         print(f"one batch, cold start: largest plan difference to sinkhorn's (tol 1e-7) "
               f"{(log_plan.exp() - ref).abs().max().item():.2e} (entries of 1/{m} at most)")
     eager(indices(5))  # Adam's state exists before any snapshot or capture
-    graph = None
+    graph, static_grads = None, None
     if cuda:
         torch.backends.cuda.preferred_linalg_library("cusolver")  # MAGMA's Cholesky may sync, cuSOLVER's is captured
         side = torch.cuda.Stream()
@@ -270,6 +288,7 @@ def main() -> None:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 step()
+            static_grads = [p.grad for group in opt.param_groups for p in group["params"]]  # the graph writes these
         except RuntimeError as err:  # report where, and keep the eager figures
             where = traceback.extract_tb(err.__traceback__)[-1]
             print(f"capture failed at {where.filename.rsplit('/', 1)[-1]}:{where.lineno} ({where.line}): {err}")
@@ -279,6 +298,8 @@ def main() -> None:
         for idx in batches:
             step.idx.copy_(idx)
             graph.replay()
+            if args.adam_outside:
+                step.update(static_grads)
 
     def timed(run, batches: list[torch.Tensor]) -> float:
         sync()

@@ -29,8 +29,9 @@ python -m benchmarks.bench_gpu_graph --data-dir "$DATA" || echo "bench_gpu_graph
 # left every column within 3e-14 over the first epoch (12 damped trials: 4e-2), within 1.5e-2 late in training;
 # 16 split over an epsilon continuation (16, 4, 1): 1.6e-13 and 7.7e-11. On the H200 (gpu_check_2026-11-26b_h200.txt)
 # the 16 took 6.27 ms a step replayed with one Cholesky call a damping; --cholesky batched makes them one call.
+# --adam-outside: Adam's step eager after each replay, the form a graphed step keeps inside Lightning's loop.
 for args in "--trials 16 --continuation 16 4 1" "--trials 16 --continuation 16 4 1 --cholesky batched" \
-            "--trials 12 --cholesky batched"; do
+            "--trials 16 --continuation 16 4 1 --cholesky batched --adam-outside" "--trials 12 --cholesky batched"; do
     python -m benchmarks.bench_gpu_graph --data-dir "$DATA" --solver batched $args --epochs 3 \
         || echo "bench_gpu_graph --solver batched $args failed (rc $?)"
 done

@@ -61,3 +61,29 @@ def test_the_batched_cholesky_gives_the_per_damping_result():
     batched = batched_solve(cost, a, b, g0, 0.01, 3, 12, continuation=(16.0, 4.0, 1.0), cholesky="batched")
     torch.testing.assert_close(batched[0].exp(), each[0].exp(), rtol=0, atol=1e-12)
     torch.testing.assert_close(batched[1], each[1], rtol=0, atol=1e-10)
+
+
+def test_adam_outside_the_graph_takes_the_same_steps():
+    """SyncFreeStep with Adam's step after it (the form a graphed step inside Lightning's automatic optimisation
+    takes) against Adam inside it, eagerly from the same state: the same parameters after a few steps."""
+    from benchmarks.bench_gpu_graph import SyncFreeStep
+    from lit_otclust.models import MLPAutoencoder
+
+    x = torch.rand(120, 784, generator=torch.Generator().manual_seed(0))
+    w = torch.full((4,), 0.25)
+    params = {}
+    for inside in (True, False):
+        torch.manual_seed(0)
+        model = MLPAutoencoder(latent_dim=4)
+        centers = torch.nn.Parameter(torch.randn(4, 4, generator=torch.Generator().manual_seed(1)))
+        opt = torch.optim.Adam([*model.parameters(), centers], lr=1e-3)
+        step = SyncFreeStep(model, centers, opt, x, w, 40, 0.1, 0.05, 3, 8, adam_in_graph=inside)
+        for start in (0, 40, 80, 0):
+            step.idx.copy_(torch.arange(start, start + 40))
+            opt.zero_grad(set_to_none=True)
+            step()
+            if not inside:
+                step.update()
+        params[inside] = [p.detach().clone() for p in [*model.parameters(), centers]]
+    for a, b in zip(params[True], params[False]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
