@@ -34,7 +34,7 @@ from sklearn.cluster import KMeans
 
 from benchmarks.bare_loop import accuracy, load, train_steps
 from lit_otclust.models import MLPAutoencoder
-from lit_otclust.ot import _objective, sinkhorn, squared_distances
+from lit_otclust.ot import _objective, sinkhorn, squared_distances, sync_free_solve
 
 
 def fixed_solve(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: torch.Tensor, eps: float, iters: int,
@@ -79,78 +79,9 @@ def fixed_solve(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: torch.T
 
 
 
-def batched_solve(cost: torch.Tensor, a: torch.Tensor, b: torch.Tensor, g: torch.Tensor, eps: float, iters: int,
-                  trials: int, dampings: tuple[float, ...] = (1e-10, 1e-5, 1e-3, 1e-1, 10.0),
-                  lengths: tuple[float, ...] = (1.0, 0.5, 0.25, 0.125, 1 / 16),
-                  continuation: tuple[float, ...] = (1.0,),
-                  cholesky: str = "each") -> tuple[torch.Tensor, torch.Tensor]:
-    """``fixed_solve``'s problem and outputs, with every trial's choices made at once instead of one after another:
-    each trial factorises the semi-dual Hessian at all ``dampings`` (times max q) (``cholesky``: ``"batched"`` as
-    one batched Cholesky, ``"each"`` one call a damping, the form the H200 of 2026-11-26b timed), and
-    evaluates each damped Newton step at each of the step ``lengths``, all the candidates as one (D * L, n, K)
-    batch; g moves to the candidate with the smallest column error among those that do not lower the semi-dual F
-    below its rounding, or stays. A damped trial that fails is a trial spent (``fixed_solve`` raises its damping and
-    tries again on the next); here the next damping is already in the batch, so on a GPU a trial costs about the
-    launches of one damped trial and wastes none.
-
-    With ``continuation`` the trials run at ``eps`` times each of its factors in turn (``trials`` split evenly, the
-    remainder to the last stage, which must be 1), the ``iters`` Sinkhorn iterations at the first. Late in training
-    the plans at ``eps`` are nearly hard, the semi-dual nearly piecewise linear, and Newton from the last batch's g
-    gains little a trial; a larger epsilon smooths it and each stage's g starts the next close
-    (``benchmarks/bench_sync_free_solve.py``: on a 200-epoch checkpoint's batches 12 trials at (16, 4, 1) leave
-    1.1e-5 where 12 at (1,) leave 1.5e-2). Where the warm start is already close, the detour costs: on the first
-    epoch's problems 5.8e-6 against 2e-14, hence not the default."""
-    if not continuation or continuation[-1] != 1:
-        raise ValueError(f"continuation must end at 1 (the target epsilon), got {continuation}")
-    log_a, log_b = a.log(), b.log()
-    for _ in range(iters):
-        e = eps * continuation[0]
-        f = e * (log_a - torch.logsumexp((g - cost) / e, 1))  # (n,)
-        g = e * (log_b - torch.logsumexp((f[:, None] - cost) / e, 0))  # (K,)
-
-    def constants(values: tuple[float, ...]) -> torch.Tensor:  # fill kernels, not a host copy, which a capture refuses
-        return torch.stack([torch.full((), v, dtype=cost.dtype, device=cost.device) for v in values])
-
-    damp, steps = constants(dampings), constants(lengths)  # (D,), (L,)
-    eye = torch.eye(len(b), dtype=cost.dtype, device=cost.device)
-
-    def evaluate(gs: torch.Tensor, e: float) -> tuple[torch.Tensor, ...]:  # gs (C, K): plans (C, n, K), F, errors (C,)
-        log_plan = (gs[:, None, :] - cost) / e  # (C, n, K)
-        lse = torch.logsumexp(log_plan, 2, keepdim=True)  # (C, n, 1)
-        log_plan = log_plan + (log_a[:, None] - lse)
-        plan = log_plan.exp()
-        value = (a * e * (log_a - lse[..., 0])).sum(1) + gs @ b  # <a, f> + <b, g>, (C,)
-        err = (b - plan.sum(1)).abs().sum(1)  # (C,)
-        return log_plan, plan, value, err
-
-    per_stage = [trials // len(continuation)] * len(continuation)
-    per_stage[-1] += trials - sum(per_stage)
-    for factor, count in zip(continuation, per_stage):
-        e = eps * factor
-        log_plan, plan, value, err = (t[0] for t in evaluate(g[None], e))
-        for _ in range(count):
-            q = plan.sum(0)  # (K,)
-            hess = torch.diag(q) - plan.T @ (plan / a[:, None])  # (K, K), PSD, the gauge its null direction
-            shifted = hess + damp[:, None, None] * q.max() * eye  # (D, K, K)
-            rhs = (b - q)[:, None]  # (K, 1)
-            if cholesky == "each":  # a factorisation and a solve a damping
-                chol, info = zip(*(torch.linalg.cholesky_ex(m) for m in shifted))
-                info = torch.stack(info)  # (D,)
-                directions = e * torch.stack([torch.cholesky_solve(rhs, c)[:, 0] for c in chol])  # (D, K)
-            else:  # one batched call of each: fewer launches; they capture too (benchmarks/probe_graph_capture.py)
-                chol, info = torch.linalg.cholesky_ex(shifted)
-                directions = e * torch.cholesky_solve(rhs.expand(len(damp), -1, 1), chol)[..., 0]
-            cands = g + (steps[:, None, None] * directions).reshape(-1, len(b))  # (L * D, K)
-            c_log_plan, c_plan, c_value, c_err = evaluate(cands, e)
-            factored = (info == 0).repeat(len(steps))  # (L * D,), in cands' order
-            usable = factored & torch.isfinite(c_err) & (c_value >= value - 1e-13 * (1.0 + value.abs()))
-            pick = torch.where(usable, c_err, torch.inf).argmin().reshape(1)
-            # index_select, not t[pick]: indexing by a 0-d tensor may read it back to the host, which a graph forbids.
-            chosen = [t.index_select(0, pick)[0] for t in (usable, cands, c_log_plan, c_plan, c_value, c_err)]
-            ok = chosen[0] & (chosen[5] < err)
-            g, log_plan, plan, value, err = (torch.where(ok, new, old) for new, old in
-                                             zip(chosen[1:], (g, log_plan, plan, value, err)))
-    return log_plan, g
+# The batched trials (5 dampings x 5 lengths a trial) live in the package now; the H200 of 2026-11-26b timed them
+# with one Cholesky call a damping (that commit's --cholesky each).
+batched_solve = sync_free_solve
 
 
 class SyncFreeStep:
@@ -220,8 +151,6 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=30, help="Newton trials a step")
     parser.add_argument("--solver", choices=["damped", "batched"], default="damped",
                         help="damped: fixed_solve; batched: batched_solve (5 dampings x 5 lengths a trial)")
-    parser.add_argument("--cholesky", choices=["each", "batched"], default="each",
-                        help="batched: the Cholesky at every damping and its solve as one batched call each")
     parser.add_argument("--continuation", type=float, nargs="+", default=[1.0],
                         help="batched: the epsilon factors its trials run at in turn, ending at 1 (e.g. 16 4 1)")
     parser.add_argument("--adam-outside", action="store_true",
@@ -247,7 +176,7 @@ def main() -> None:
     opt = torch.optim.Adam([*model.parameters(), centers], lr=1e-3, fused=True, **({"capturable": True} if cuda else {}))
     w = torch.full((10,), 0.1, device=dev)
     solve = fixed_solve if args.solver == "damped" else functools.partial(
-        batched_solve, continuation=tuple(args.continuation), cholesky=args.cholesky)
+        batched_solve, continuation=tuple(args.continuation))
     step = SyncFreeStep(model, centers, opt, x, w, m, lam, eps, args.iters, args.trials, solve,
                         adam_in_graph=not args.adam_outside)
     steps_per_epoch = len(x) // m
@@ -265,7 +194,7 @@ def main() -> None:
 
     print(f"device {torch.cuda.get_device_name(0) if cuda else 'cpu'}, torch {torch.__version__}, "
           f"{args.iters} Sinkhorn iterations and {args.trials} {args.solver} Newton trials a sync-free step "
-          f"(continuation {args.continuation if args.solver == 'batched' else 'none'}, Cholesky {args.cholesky}; "
+          f"(continuation {args.continuation if args.solver == 'batched' else 'none'}; "
           f"Adam {'eager after each replay' if args.adam_outside else 'in the graph'}), "
           f"{args.steps} steps a timing")
     with torch.no_grad():  # the solve against sinkhorn's on one batch, from a cold start

@@ -8,7 +8,8 @@
 # 2. where a step's time goes (benchmarks/bench_gpu_step.py: launches and host syncs a step, profiler top operators),
 #    what a sync-free step replayed as one CUDA graph costs (benchmarks/bench_gpu_graph.py), and whether
 #    torch.compile of the Sinkhorn block cuts its launches (benchmarks/bench_sinkhorn_compile.py);
-# 3. the time of `fit --config configs/mnist_ot.yaml` on one GPU, data on the device, EPOCHS epochs (default 10):
+# 3. the time of `fit --config configs/mnist_ot.yaml` on one GPU, data on the device, EPOCHS epochs (default 10),
+#    with the solved step and with `--model.cuda_graph true` (the joint step replayed as a CUDA graph):
 #    per step, evaluation per epoch, and the 200-epoch estimate (issue #10's goal: under 2 minutes), and Lightning's
 #    own cost a step on this host (benchmarks/bench_lightning_floor.py);
 # 4. with two GPUs or more, the same fit under DDP on two of them.
@@ -28,10 +29,9 @@ python -m benchmarks.bench_gpu_graph --data-dir "$DATA" || echo "bench_gpu_graph
 # The batched trials (5 dampings x 5 step lengths a trial; benchmarks/bench_sync_free_solve.py on the CPU): 12 of them
 # left every column within 3e-14 over the first epoch (12 damped trials: 4e-2), within 1.5e-2 late in training;
 # 16 split over an epsilon continuation (16, 4, 1): 1.6e-13 and 7.7e-11. On the H200 (gpu_check_2026-11-26b_h200.txt)
-# the 16 took 6.27 ms a step replayed with one Cholesky call a damping; --cholesky batched makes them one call.
+# the 16 took 6.27 ms a step replayed, with one Cholesky call a damping (now one batched call).
 # --adam-outside: Adam's step eager after each replay, the form a graphed step keeps inside Lightning's loop.
-for args in "--trials 16 --continuation 16 4 1" "--trials 16 --continuation 16 4 1 --cholesky batched" \
-            "--trials 16 --continuation 16 4 1 --cholesky batched --adam-outside" "--trials 12 --cholesky batched"; do
+for args in "--trials 16 --continuation 16 4 1" "--trials 16 --continuation 16 4 1 --adam-outside" "--trials 12"; do
     python -m benchmarks.bench_gpu_graph --data-dir "$DATA" --solver batched $args --epochs 3 \
         || echo "bench_gpu_graph --solver batched $args failed (rc $?)"
 done
@@ -42,6 +42,7 @@ fit() {  # fit NAME EXTRA_ARGS...: time one fit on the GPU, data on the device (
         --trainer.enable_progress_bar false --data.init_args.on_device true --trainer.accelerator gpu "$@"
 }
 fit one_gpu --trainer.devices 1
+fit one_gpu_cuda_graph --trainer.devices 1 --model.cuda_graph true
 # Lightning's own cost a step on this host (a no-op model): the part of the 200-epoch estimate a graphed step keeps.
 python -m benchmarks.bench_lightning_floor --epochs 2 --rounds 3 || echo "bench_lightning_floor failed (rc $?)"
 if [ "$(python -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then

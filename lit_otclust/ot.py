@@ -529,6 +529,76 @@ def _objective(plan: Tensor, log_plan: Tensor, cost: Tensor, epsilon: float) -> 
     return (cost * plan).sum() + epsilon * entropy.sum()
 
 
+def sync_free_solve(cost: Tensor, a: Tensor, b: Tensor, g: Tensor, eps: float, iters: int, trials: int,
+                    dampings: tuple[float, ...] = (1e-10, 1e-5, 1e-3, 1e-1, 10.0),
+                    lengths: tuple[float, ...] = (1.0, 0.5, 0.25, 0.125, 1 / 16),
+                    continuation: tuple[float, ...] = (1.0,)) -> tuple[Tensor, Tensor]:
+    """The balanced problem of :func:`sinkhorn` solved with no host synchronisation, so that a CUDA graph can replay
+    it: ``iters`` log-domain Sinkhorn iterations from the column potential ``g`` (K,), then ``trials`` Newton
+    trials on the semi-dual, every choice made on the device. No stopping rule: a converged trial only repeats the
+    optimum. ``cost`` (n, K), ``a`` (n,), ``b`` (K,) positive. Returns the plan's log (n, K), rows exact, and g (K,).
+
+    Each trial factorises the semi-dual Hessian at all ``dampings`` (times max q) as one batched Cholesky, and
+    evaluates each damped Newton step at each of the step ``lengths``, all the candidates as one (D * L, n, K)
+    batch; g moves to the candidate with the smallest column error among those that do not lower the semi-dual F
+    below its rounding, or stays. A damped trial that fails is a trial spent in a sequential solve; here the next
+    damping is already in the batch, so on a GPU a trial costs about the launches of one damped trial and wastes
+    none.
+
+    With ``continuation`` the trials run at ``eps`` times each of its factors in turn (``trials`` split evenly, the
+    remainder to the last stage, which must be 1), the ``iters`` Sinkhorn iterations at the first. Late in training
+    the plans at ``eps`` are nearly hard, the semi-dual nearly piecewise linear, and Newton from the last batch's g
+    gains little a trial; a larger epsilon smooths it and each stage's g starts the next close
+    (``benchmarks/bench_sync_free_solve.py``: on a 200-epoch checkpoint's batches 12 trials at (16, 4, 1) leave
+    1.1e-5 where 12 at (1,) leave 1.5e-2). Where the warm start is already close, the detour costs: on the first
+    epoch's problems 5.8e-6 against 2e-14, hence not the default."""
+    if not continuation or continuation[-1] != 1:
+        raise ValueError(f"continuation must end at 1 (the target epsilon), got {continuation}")
+    log_a, log_b = a.log(), b.log()
+    for _ in range(iters):
+        e = eps * continuation[0]
+        f = e * (log_a - torch.logsumexp((g - cost) / e, 1))  # (n,)
+        g = e * (log_b - torch.logsumexp((f[:, None] - cost) / e, 0))  # (K,)
+
+    def constants(values: tuple[float, ...]) -> Tensor:  # fill kernels, not a host copy, which a capture refuses
+        return torch.stack([torch.full((), v, dtype=cost.dtype, device=cost.device) for v in values])
+
+    damp, steps = constants(dampings), constants(lengths)  # (D,), (L,)
+    eye = torch.eye(len(b), dtype=cost.dtype, device=cost.device)
+
+    def evaluate(gs: Tensor, e: float) -> tuple[Tensor, ...]:  # gs (C, K): plans (C, n, K), F, errors (C,)
+        log_plan = (gs[:, None, :] - cost) / e  # (C, n, K)
+        lse = torch.logsumexp(log_plan, 2, keepdim=True)  # (C, n, 1)
+        log_plan = log_plan + (log_a[:, None] - lse)
+        plan = log_plan.exp()
+        value = (a * e * (log_a - lse[..., 0])).sum(1) + gs @ b  # <a, f> + <b, g>, (C,)
+        err = (b - plan.sum(1)).abs().sum(1)  # (C,)
+        return log_plan, plan, value, err
+
+    per_stage = [trials // len(continuation)] * len(continuation)
+    per_stage[-1] += trials - sum(per_stage)
+    for factor, count in zip(continuation, per_stage):
+        e = eps * factor
+        log_plan, plan, value, err = (t[0] for t in evaluate(g[None], e))
+        for _ in range(count):
+            q = plan.sum(0)  # (K,)
+            hess = torch.diag(q) - plan.T @ (plan / a[:, None])  # (K, K), PSD, the gauge its null direction
+            shifted = hess + damp[:, None, None] * q.max() * eye  # (D, K, K)
+            chol, info = torch.linalg.cholesky_ex(shifted)  # batched: captured too (benchmarks/probe_graph_capture.py)
+            directions = e * torch.cholesky_solve((b - q)[None, :, None].expand(len(damp), -1, 1), chol)[..., 0]
+            cands = g + (steps[:, None, None] * directions).reshape(-1, len(b))  # (L * D, K)
+            c_log_plan, c_plan, c_value, c_err = evaluate(cands, e)
+            factored = (info == 0).repeat(len(steps))  # (L * D,), in cands' order
+            usable = factored & torch.isfinite(c_err) & (c_value >= value - 1e-13 * (1.0 + value.abs()))
+            pick = torch.where(usable, c_err, torch.inf).argmin().reshape(1)
+            # index_select, not t[pick]: indexing by a 0-d tensor may read it back to the host, which a graph forbids.
+            chosen = [t.index_select(0, pick)[0] for t in (usable, cands, c_log_plan, c_plan, c_value, c_err)]
+            ok = chosen[0] & (chosen[5] < err)
+            g, log_plan, plan, value, err = (torch.where(ok, new, old) for new, old in
+                                             zip(chosen[1:], (g, log_plan, plan, value, err)))
+    return log_plan, g
+
+
 @_full_precision
 def ot_clustering_loss(
     z: Tensor,

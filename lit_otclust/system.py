@@ -26,6 +26,7 @@ from sklearn.cluster import KMeans
 from torch import Tensor, nn
 
 from lit_otclust.data import DEFAULT_EVAL_BATCH_SIZE
+from lit_otclust.graph_step import GraphedOTStep
 from lit_otclust.metrics import HungarianAccuracy
 from lit_otclust.ot import NonFiniteCostError, ot_clustering_loss, soft_kmeans_loss, squared_distances
 
@@ -103,6 +104,17 @@ class DeepClustering(L.LightningModule):
             counted from the start of the joint phase (``PhaseSwitch`` restarts the schedule).
         centers_lr_scale: the centers' learning rate is ``lr * centers_lr_scale`` (the paper: 1).
         seed: seeds the k-means runs.
+        cuda_graph: the joint phase's step as :class:`lit_otclust.graph_step.GraphedOTStep`: the OT problem
+            solved without host synchronisation (:func:`lit_otclust.ot.sync_free_solve`: 3 Sinkhorn iterations
+            and 16 Newton trials over epsilon x 16, 4, 1 from the last batch's g, no stopping rule), and on CUDA
+            the forward, solve and backward captured once as a CUDA graph and replayed each step; Lightning's
+            optimizer step stays eager. For one GPU, where a step is bound by its ~700 kernel launches
+            (``benchmarks/README.md``); on a CPU it runs the same step eagerly, which is slower there (21.9-22.6
+            against 12.8-14.2 ms a MNIST step: ``benchmarks/results/bench_cuda_graph_cpu_2026-11-26.txt``), so
+            keep it off on CPUs. Balanced OT with the envelope
+            gradient only (``clustering="ot"``, ``reg_m`` None, ``gradient="envelope"``,
+            ``sinkhorn_solver="solve"``, ``cost_scale="none"``), one process, no gradient accumulation.
+            Experimental: the capture inside ``fit`` is not yet measured on a GPU.
     """
 
     def __init__(
@@ -130,6 +142,7 @@ class DeepClustering(L.LightningModule):
         lr_decay_epochs: int = 50,
         lr_decay_gamma: float = 0.5,
         seed: int = 0,
+        cuda_graph: bool = False,
     ) -> None:
         super().__init__()
         if clustering not in ("ot", "soft_kmeans", "none"):
@@ -165,6 +178,14 @@ class DeepClustering(L.LightningModule):
                 raise ValueError(f"proportions must be finite, non-negative and sum to 1 (within 1e-6), got {list(proportions)}")
         # The autoencoder stays in hparams: under LightningCLI it is its class_path config, which
         # lets load_from_checkpoint rebuild it.
+        if cuda_graph:
+            unsupported = {"clustering": (clustering, "ot"), "reg_m": (reg_m, None), "reg_m_start": (reg_m_start, None),
+                           "gradient": (gradient, "envelope"), "sinkhorn_solver": (sinkhorn_solver, "solve"),
+                           "cost_scale": (cost_scale, "none")}
+            bad = [f"{k}={v!r}" for k, (v, ok) in unsupported.items() if v != ok]
+            if bad:
+                raise ValueError(f"cuda_graph=True replays balanced OT with the envelope gradient only; "
+                                 f"{', '.join(bad)} needs cuda_graph=False")
         self.save_hyperparameters()
         self.autoencoder = autoencoder
         p = autoencoder.latent_dim
@@ -204,6 +225,9 @@ class DeepClustering(L.LightningModule):
         self._eval_z: dict[int, list[tuple[Tensor, Tensor]]] = {}
         # The last evaluation's embeddings: set name -> (global step, (N,) sample indices, (N, p) embeddings).
         self.eval_embeddings: dict[str, tuple[int, Tensor, Tensor]] = {}
+        # cuda_graph: the replayable step (one per epsilon: the annealing changes it), and whether this step used it.
+        self._graph_step: GraphedOTStep | None = None
+        self._graphed = False
 
     def __setattr__(self, name: str, value: object) -> None:
         # Lightning names the running hook in `_current_fx_name` before and after every hook, ~50 times a
@@ -242,6 +266,13 @@ class DeepClustering(L.LightningModule):
         return eps, reg_m
 
     def setup(self, stage: str) -> None:
+        if self.hparams.get("cuda_graph") and stage == "fit":
+            if self.trainer.world_size > 1:
+                raise ValueError("model.cuda_graph=True runs on one device: DDP's gradient all-reduce runs inside the "
+                                 "backward the graph replays; use cuda_graph=False with several devices")
+            if self.trainer.accumulate_grad_batches > 1:
+                raise ValueError("model.cuda_graph=True writes each step's gradients afresh, so "
+                                 "trainer.accumulate_grad_batches must be 1")
         if self.hparams.cost_scale == "batch_mean" and self.trainer.world_size > 1:
             raise ValueError("cost_scale='batch_mean' divides each rank's cost by its own batch mean, which makes the "
                              "ranks solve inconsistent problems under DDP; use cost_scale='none' with several devices")
@@ -293,16 +324,7 @@ class DeepClustering(L.LightningModule):
         self.g_last.copy_(g)
         if scale is not None:
             g = g * scale.detach() ** 2  # back to the units of ||z - mu||^2, for the assignment
-        # Fix the gauge (f + c, g - c) before averaging. A cluster of proportion 0 has g = -inf (it can
-        # take no mass): it stays out of the mean, and its average stays -inf, so the potential rule
-        # never assigns to it, instead of turning g_avg into NaN for good.
-        finite = torch.isfinite(g)
-        g = g - torch.where(finite, g, 0.0).sum() / finite.sum()
-        self.g_count += 1
-        self._warm = True
-        # Running mean, then an EMA over ~100 batches; on the device, so a GPU step never waits on the host.
-        rate = self.g_count.reciprocal().clamp_min(0.01)
-        self.g_avg.mul_(1 - rate).add_(rate * g)
+        self._average_potential(g)
         # Distributed Sinkhorn returns this rank's share of the global loss; DDP averages
         # gradients over ranks, so scale the share back up.
         loss = loss * world
@@ -315,8 +337,53 @@ class DeepClustering(L.LightningModule):
                       "sinkhorn_converged": float(res.converged), "epsilon": epsilon,
                       **({"reg_m": reg_m} if reg_m is not None else {})}
 
+    def _average_potential(self, g: Tensor) -> None:
+        """Fold this batch's cluster potential g (K,) into ``g_avg``."""
+        # Fix the gauge (f + c, g - c) before averaging. A cluster of proportion 0 has g = -inf (it can
+        # take no mass): it stays out of the mean, and its average stays -inf, so the potential rule
+        # never assigns to it, instead of turning g_avg into NaN for good.
+        finite = torch.isfinite(g)
+        g = g - torch.where(finite, g, 0.0).sum() / finite.sum()
+        self.g_count += 1
+        self._warm = True
+        # Running mean, then an EMA over ~100 batches; on the device, so a GPU step never waits on the host.
+        rate = self.g_count.reciprocal().clamp_min(0.01)
+        self.g_avg.mul_(1 - rate).add_(rate * g)
+
+    def _replayed_step(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, dict]:
+        """cuda_graph's step: (loss, recon, cluster, z, nearest, stats), the gradients already computed."""
+        epsilon, _ = self.schedule()
+        step = self._graph_step
+        if step is None or step.epsilon != epsilon:
+            params = [p for p in self.parameters() if p.requires_grad]
+            step = self._graph_step = GraphedOTStep(
+                self.autoencoder, self.centers, self.proportions, self.g_last, params, self.reconstruction_loss,
+                epsilon=epsilon, weight=self.hparams.clustering_weight)
+        out = step(x)
+        self._graphed = True
+        self._average_potential(self.g_last.clone())
+        stats = {"plan_moved": out["plan_moved"], "sinkhorn_iters": float(step.iters + step.trials),
+                 "sinkhorn_error": out["sinkhorn_error"],
+                 "sinkhorn_converged": (out["sinkhorn_error"] <= self.hparams.sinkhorn_tol).float(), "epsilon": epsilon}
+        return out["loss"], out["recon"], out["cluster"], out["z"], out["nearest"], stats
+
+    def backward(self, loss: Tensor, *args, **kwargs) -> None:
+        if self._graphed:  # the step ran its own backward; Lightning's zero_grad has since dropped the gradients
+            for p, grad in zip(self._graph_step.params, self._graph_step.grads):
+                p.grad = grad
+            self._graphed = False
+        else:
+            super().backward(loss, *args, **kwargs)
+
     def training_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int) -> Tensor:
         x = batch[0]
+        if self.hparams.get("cuda_graph") and self.joint:
+            loss, recon, clust, z, nearest, stats = self._replayed_step(x)
+            rule, y = self.hparams.assignment, batch[1]
+            pred = nearest if rule == "distance" else self.assign(z, rule)
+            labelled = y >= 0
+            self.metrics[f"train_{rule}"].update(pred[labelled], y[labelled])
+            return self._finish_step(loss, recon, clust, stats)
         z, x_hat = self.autoencoder(x)
         recon = self.reconstruction_loss(x, x_hat)
         if self.joint and self.hparams.clustering != "none":
@@ -334,6 +401,9 @@ class DeepClustering(L.LightningModule):
             # Zero-weight use of the centers keeps DDP's every-parameter-gets-a-gradient rule.
             clust, stats = self.centers.sum() * 0.0, {}
         loss = recon + self.hparams.clustering_weight * clust
+        return self._finish_step(loss, recon, clust, stats)
+
+    def _finish_step(self, loss: Tensor, recon: Tensor, clust: Tensor, stats: dict) -> Tensor:
         if not torch.isfinite(loss):  # one host sync a step; the Sinkhorn loop already syncs more often
             self._non_finite({"reconstruction loss": recon, "clustering loss": clust})
         # Summed here and logged once an epoch: each self.log call costs Lightning ~1 ms (it moves its

@@ -1,4 +1,4 @@
-"""The sync-free solves of ``benchmarks/bench_gpu_graph.py`` (the CUDA-graph step issue #10's GPU goal needs):
+"""The sync-free solves (``lit_otclust.ot.sync_free_solve``, ``benchmarks/bench_gpu_graph.py``'s damped one) (the CUDA-graph step issue #10's GPU goal needs):
 fixed iterations and Newton trials decided on the device, so they must reach the plan POT computes, and the
 batched trials must never move away from it."""
 
@@ -8,8 +8,8 @@ import ot as pot
 import pytest
 import torch
 
-from benchmarks.bench_gpu_graph import batched_solve, fixed_solve
-from lit_otclust.ot import sinkhorn, squared_distances
+from benchmarks.bench_gpu_graph import fixed_solve
+from lit_otclust.ot import sinkhorn, squared_distances, sync_free_solve as batched_solve
 from _problems import _problem
 
 
@@ -51,16 +51,6 @@ def test_an_epsilon_continuation_ends_at_the_solved_plan():
     assert (log_plan.exp() - plan).abs().max().item() < 1e-9  # the last stage's plan, at the target epsilon
     with pytest.raises(ValueError, match="continuation must end at 1"):
         batched_solve(cost, a, b, g0, 0.01, 3, 12, continuation=(4.0, 2.0))
-
-
-def test_the_batched_cholesky_gives_the_per_damping_result():
-    """The two forms of a trial's factorisations (one batched call, or one a damping as the H200 timed) are the same
-    arithmetic: the same plan and potential, to rounding."""
-    cost, a, b, g0, _ = _nearly_hard_problem()
-    each = batched_solve(cost, a, b, g0, 0.01, 3, 12, continuation=(16.0, 4.0, 1.0), cholesky="each")
-    batched = batched_solve(cost, a, b, g0, 0.01, 3, 12, continuation=(16.0, 4.0, 1.0), cholesky="batched")
-    torch.testing.assert_close(batched[0].exp(), each[0].exp(), rtol=0, atol=1e-12)
-    torch.testing.assert_close(batched[1], each[1], rtol=0, atol=1e-10)
 
 
 def test_adam_outside_the_graph_takes_the_same_steps():
