@@ -111,9 +111,9 @@ class DeepClustering(L.LightningModule):
             optimizer step stays eager. For one GPU, where a step is bound by its ~700 kernel launches
             (``benchmarks/README.md``); on a CPU it runs the same step eagerly, which is slower there (21.9-22.6
             against 12.8-14.2 ms a MNIST step: ``benchmarks/results/bench_cuda_graph_cpu_2026-11-26.txt``), so
-            keep it off on CPUs. Balanced OT with the envelope
-            gradient only (``clustering="ot"``, ``reg_m`` None, ``gradient="envelope"``,
-            ``sinkhorn_solver="solve"``, ``cost_scale="none"``), one process, no gradient accumulation.
+            keep it off on CPUs. Balanced OT with the envelope gradient and no empty cluster only
+            (``clustering="ot"``, ``reg_m`` None, ``gradient="envelope"``, ``sinkhorn_solver="solve"``,
+            ``cost_scale="none"``, every proportion > 0), one process, no gradient accumulation.
             Experimental: the capture inside ``fit`` is not yet measured on a GPU.
     """
 
@@ -183,6 +183,8 @@ class DeepClustering(L.LightningModule):
                            "gradient": (gradient, "envelope"), "sinkhorn_solver": (sinkhorn_solver, "solve"),
                            "cost_scale": (cost_scale, "none")}
             bad = [f"{k}={v!r}" for k, (v, ok) in unsupported.items() if v != ok]
+            if proportions is not None and min(proportions) <= 0:  # log 0 in the sync-free solve
+                bad.append(f"proportions={list(proportions)} (a cluster of size 0)")
             if bad:
                 raise ValueError(f"cuda_graph=True replays balanced OT with the envelope gradient only; "
                                  f"{', '.join(bad)} needs cuda_graph=False")
@@ -354,14 +356,16 @@ class DeepClustering(L.LightningModule):
         """cuda_graph's step: (loss, recon, cluster, z, nearest, stats), the gradients already computed."""
         epsilon, _ = self.schedule()
         step = self._graph_step
-        if step is None or step.epsilon != epsilon:
+        # Rebuilt for a new epsilon, and after a move to another device (new buffers, and new parameter storage
+        # that a captured graph would not see).
+        if step is None or step.epsilon != epsilon or step.g is not self.g_last:
             params = [p for p in self.parameters() if p.requires_grad]
             step = self._graph_step = GraphedOTStep(
                 self.autoencoder, self.centers, self.proportions, self.g_last, params, self.reconstruction_loss,
                 epsilon=epsilon, weight=self.hparams.clustering_weight)
         out = step(x)
         self._graphed = True
-        self._average_potential(self.g_last.clone())
+        self._average_potential(self.g_last)
         stats = {"plan_moved": out["plan_moved"], "sinkhorn_iters": float(step.iters + step.trials),
                  "sinkhorn_error": out["sinkhorn_error"],
                  "sinkhorn_converged": (out["sinkhorn_error"] <= self.hparams.sinkhorn_tol).float(), "epsilon": epsilon}

@@ -77,6 +77,23 @@ def test_cuda_graph_refuses_what_it_cannot_replay(data_dir):
         DeepClustering(MLPAutoencoder(), num_clusters=10, reg_m=1.0, cuda_graph=True)
     with pytest.raises(ValueError, match="clustering='soft_kmeans'"):
         DeepClustering(MLPAutoencoder(), num_clusters=10, clustering="soft_kmeans", cuda_graph=True)
+    with pytest.raises(ValueError, match="a cluster of size 0"):
+        DeepClustering(MLPAutoencoder(), num_clusters=2, proportions=[1.0, 0.0], cuda_graph=True)
     module = DeepClustering(MLPAutoencoder(), num_clusters=10, cuda_graph=True)
     with pytest.raises(ValueError, match="accumulate_grad_batches must be 1"):
         _fit(data_dir, module, accumulate_grad_batches=2)
+
+
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")
+def test_a_moved_module_gets_a_new_replayable_step():
+    """A move to another device (here its stand-in: every tensor copied, as `module.to` replaces the buffers and
+    the parameters' storage) leaves the old step pointing at the old tensors: the next step must use the new."""
+    _, module = _pair(epsilon=0.1)
+    def batch() -> tuple[torch.Tensor, ...]:
+        return torch.rand(40, 784), torch.zeros(40, dtype=torch.long), torch.arange(40)
+
+    module.training_step(batch(), 0)
+    module._apply(lambda t: t.clone())
+    before = module.g_last.clone()
+    module.training_step(batch(), 1)  # another batch: another g
+    assert module._graph_step.g is module.g_last and not torch.equal(module.g_last, before)
