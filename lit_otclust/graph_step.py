@@ -50,6 +50,7 @@ class GraphedOTStep:
         self.out: dict[str, Tensor] = {}
         self.grads: list[Tensor | None] = []
         self.graph: torch.cuda.CUDAGraph | None = None
+        self._side: torch.cuda.Stream | None = None
         self._eager_steps = 0
 
     def __call__(self, x: Tensor) -> dict[str, Tensor]:
@@ -66,11 +67,11 @@ class GraphedOTStep:
             self._capture()
             self.graph.replay()
         elif x.is_cuda:  # warm-up on a side stream, as torch.cuda.graph asks of what it captures
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
+            self._side = self._side or torch.cuda.Stream()
+            self._side.wait_stream(torch.cuda.current_stream())  # after the last optimizer step
+            with torch.cuda.stream(self._side):
                 self._step()
-            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.current_stream().wait_stream(self._side)
             self._eager_steps += 1
         else:
             self._step()
