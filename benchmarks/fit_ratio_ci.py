@@ -4,7 +4,7 @@ their median over every pair of the given records, and a distribution-free 95% c
     python -m benchmarks.fit_ratio_ci benchmarks/results/bench_fit_mnist_3ep_2026-11-26{h,i,j}.txt
 
 One run of ``bench_fit`` prints the ratio of its medians over 3 pairs; on this project's machines that figure moved
-by +-0.05 between runs of the same code minutes apart, more than the distance to issue #10's goal (1.10x). Pairs are
+by 0.06 between runs of the same code minutes apart, more than the distance to issue #10's goal (1.10x). Pairs are
 run back to back, so their ratios cancel the machine's slow drifts; pooled over runs of the same code, their median
 has an interval from order statistics, and the sign test says whether it lies above the goal
 (``scipy.stats.quantile_test``: no assumption on the ratios' distribution). Pool only records of the same code:
