@@ -529,7 +529,7 @@ def _objective(plan: Tensor, log_plan: Tensor, cost: Tensor, epsilon: float) -> 
     return (cost * plan).sum() + epsilon * entropy.sum()
 
 
-def sync_free_solve(cost: Tensor, a: Tensor, b: Tensor, g: Tensor, eps: float, iters: int, trials: int,
+def sync_free_solve(cost: Tensor, a: Tensor, b: Tensor, g: Tensor, epsilon: float, iters: int, trials: int,
                     dampings: tuple[float, ...] = (1e-10, 1e-5, 1e-3, 1e-1, 10.0),
                     lengths: tuple[float, ...] = (1.0, 0.5, 0.25, 0.125, 1 / 16),
                     continuation: tuple[float, ...] = (1.0,)) -> tuple[Tensor, Tensor]:
@@ -545,18 +545,20 @@ def sync_free_solve(cost: Tensor, a: Tensor, b: Tensor, g: Tensor, eps: float, i
     damping is already in the batch, so on a GPU a trial costs about the launches of one damped trial and wastes
     none.
 
-    With ``continuation`` the trials run at ``eps`` times each of its factors in turn (``trials`` split evenly, the
+    With ``continuation`` the trials run at ``epsilon`` times each of its factors in turn (``trials`` split evenly, the
     remainder to the last stage, which must be 1), the ``iters`` Sinkhorn iterations at the first. Late in training
-    the plans at ``eps`` are nearly hard, the semi-dual nearly piecewise linear, and Newton from the last batch's g
+    the plans at ``epsilon`` are nearly hard, the semi-dual nearly piecewise linear, and Newton from the last batch's g
     gains little a trial; a larger epsilon smooths it and each stage's g starts the next close
     (``benchmarks/bench_sync_free_solve.py``: on a 200-epoch checkpoint's batches 12 trials at (16, 4, 1) leave
     1.1e-5 where 12 at (1,) leave 1.5e-2). Where the warm start is already close, the detour costs: on the first
-    epoch's problems 5.8e-6 against 2e-14, hence not the default."""
+    epoch's problems 5.8e-6 against 2e-14, hence not this function's default. The training step
+    (:class:`lit_otclust.graph_step.GraphedOTStep`) runs 16 trials over (16, 4, 1), which left 1.6e-13 early in
+    training and 7.7e-11 late (``benchmarks/results/bench_sync_free_solve_2026-11-26.txt``)."""
     if not continuation or continuation[-1] != 1:
         raise ValueError(f"continuation must end at 1 (the target epsilon), got {continuation}")
     log_a, log_b = a.log(), b.log()
     for _ in range(iters):
-        e = eps * continuation[0]
+        e = epsilon * continuation[0]
         f = e * (log_a - torch.logsumexp((g - cost) / e, 1))  # (n,)
         g = e * (log_b - torch.logsumexp((f[:, None] - cost) / e, 0))  # (K,)
 
@@ -578,7 +580,7 @@ def sync_free_solve(cost: Tensor, a: Tensor, b: Tensor, g: Tensor, eps: float, i
     per_stage = [trials // len(continuation)] * len(continuation)
     per_stage[-1] += trials - sum(per_stage)
     for factor, count in zip(continuation, per_stage):
-        e = eps * factor
+        e = epsilon * factor
         log_plan, plan, value, err = (t[0] for t in evaluate(g[None], e))
         for _ in range(count):
             q = plan.sum(0)  # (K,)
