@@ -309,12 +309,12 @@ def plan_figure(plan: Tensor, clusters: Tensor, order: Tensor, col_labels: list[
     bounds = torch.bincount(rank[clusters], minlength=len(order)).cumsum(0)[:-1]
     for b in bounds.tolist():
         ax.axhline(b - 0.5, color="white", linewidth=0.4, alpha=0.6)
-    ax.set_xticks(range(len(order)), col_labels, fontsize=8, rotation=90 if len(order) > 20 else 0)
+    rotated = len(order) > 20
+    ax.set_xticks(range(len(order)), col_labels, fontsize=8, rotation=90 if rotated else 0)
     ax.set_xlabel("cluster -> matched class")
     ax.set_ylabel("batch samples, grouped by their cluster")
     _title(ax, title)
     fig.colorbar(im, ax=ax, shrink=0.8, label="m * P (rows sum to 1)")
-    rotated = len(order) > 20
     _margins(fig, left=len(str(len(plan))) * _CHAR[10] + _LINE[10] + 0.25, right=0.15,
              bottom=(_tick_width(col_labels) if rotated else _LINE[8] + 0.1) + _LINE[10] + 0.15,
              top=_title_height(title))

@@ -75,13 +75,18 @@ class GraphedOTStep:
             self._eager_steps += 1
         else:
             self._step()
-        for p, grad in zip(self.params, self.grads):
-            p.grad = grad
+        self.attach_grads()
         return self.out
 
+    def attach_grads(self) -> None:
+        """Set the last step's gradients on the parameters again (``zero_grad(set_to_none=True)`` drops them; a
+        replay writes the same buffers)."""
+        for p, grad in zip(self.params, self.grads):
+            p.grad = grad
+
     def _capture(self) -> None:
-        for p in self.params:  # the backward allocates the gradients in the graph's memory, written by each replay
-            p.grad = None
+        # _step clears the gradients first, so the captured backward allocates them in the graph's memory, where
+        # each replay writes them.
         previous = torch.backends.cuda.preferred_linalg_library()
         torch.backends.cuda.preferred_linalg_library("cusolver")  # MAGMA's Cholesky may synchronise; cuSOLVER's not
         try:

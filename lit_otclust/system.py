@@ -373,8 +373,7 @@ class DeepClustering(L.LightningModule):
 
     def backward(self, loss: Tensor, *args, **kwargs) -> None:
         if self._graphed:  # the step ran its own backward; Lightning's zero_grad has since dropped the gradients
-            for p, grad in zip(self._graph_step.params, self._graph_step.grads):
-                p.grad = grad
+            self._graph_step.attach_grads()
             self._graphed = False
         else:
             super().backward(loss, *args, **kwargs)
@@ -383,10 +382,7 @@ class DeepClustering(L.LightningModule):
         x = batch[0]
         if self.hparams.get("cuda_graph") and self.joint:
             loss, recon, clust, z, nearest, stats = self._replayed_step(x)
-            rule, y = self.hparams.assignment, batch[1]
-            pred = nearest if rule == "distance" else self.assign(z, rule)
-            labelled = y >= 0
-            self.metrics[f"train_{rule}"].update(pred[labelled], y[labelled])
+            self._update_train_acc(nearest, z, batch[1])
             return self._finish_step(loss, recon, clust, stats)
         z, x_hat = self.autoencoder(x)
         recon = self.reconstruction_loss(x, x_hat)
@@ -397,15 +393,20 @@ class DeepClustering(L.LightningModule):
                 clust, stats = self.clustering_loss(z, nearest)
             except NonFiniteCostError:  # the solver refuses a non-finite cost: name the term and the step
                 self._non_finite({"cost ||f(x) - mu||^2 (embeddings or centers diverged)": torch.tensor(math.nan)})
-            rule, y = self.hparams.assignment, batch[1]
-            pred = nearest if rule == "distance" else self.assign(z.detach(), rule)
-            labelled = y >= 0  # y = -1: no label, as in validation_step
-            self.metrics[f"train_{rule}"].update(pred[labelled], y[labelled])
+            self._update_train_acc(nearest, z.detach(), batch[1])
         else:
             # Zero-weight use of the centers keeps DDP's every-parameter-gets-a-gradient rule.
             clust, stats = self.centers.sum() * 0.0, {}
         loss = recon + self.hparams.clustering_weight * clust
         return self._finish_step(loss, recon, clust, stats)
+
+    def _update_train_acc(self, nearest: Tensor, z: Tensor, y: Tensor) -> None:
+        """``train/acc``: this batch's assignments (``nearest`` (m,) or, by the potential rule, from ``z`` (m, p))
+        against its labels ``y`` (m,)."""
+        rule = self.hparams.assignment
+        pred = nearest if rule == "distance" else self.assign(z, rule)
+        labelled = y >= 0  # y = -1: no label, as in validation_step
+        self.metrics[f"train_{rule}"].update(pred[labelled], y[labelled])
 
     def _finish_step(self, loss: Tensor, recon: Tensor, clust: Tensor, stats: dict) -> Tensor:
         if not torch.isfinite(loss):  # one host sync a step; the Sinkhorn loop already syncs more often
