@@ -10,7 +10,10 @@ fitted images and the test split every epoch) and ``python -m benchmarks.bare_lo
 included) of each, their ratios, and the per-step and evaluation times both report. The fit's
 step and evaluation times come from :class:`StepTimer`, added with ``--trainer.callbacks``.
 ``--fit-only`` times the fit alone (where the bare loop is no reference, e.g. on a GPU:
-``benchmarks/gpu_check.sh``) and prints what a 200-epoch run of it would take.
+``benchmarks/gpu_check.sh``) and prints what a 200-epoch run of it would take. ``--lean`` adds a third process to
+each pair, the same fit with its features beyond the bare loop's work off (``LEAN``: no loggers, no checkpoints, no
+pictures; the progress bar, evaluation's NMI and ARI and the training statistics stay): what the framework costs
+apart from them. Each pair then runs the three in an order rotated from pair to pair.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ from pathlib import Path
 import lightning as L
 
 REPO = Path(__file__).resolve().parents[1]
+# The fit without the outputs the bare loop does not write (``--lean``).
+LEAN = ["--trainer.logger", "false", "--trainer.enable_checkpointing", "false", "--figures.every_n_epochs", "0",
+        "--figures.final", "false"]
 
 
 class StepTimer(L.Callback):
@@ -112,19 +118,24 @@ def child_env() -> dict[str, str]:
 def main() -> None:
     parser = pair_parser(__doc__)
     parser.add_argument("--fit-only", action="store_true", help="time the fit alone, with the 200-epoch estimate")
+    parser.add_argument("--lean", action="store_true", help="also time the fit with loggers, checkpoints and pictures "
+                                                            "off, in each pair")
     args, fit_args = parser.parse_known_args()
     env = child_env()
     data_dir = str(Path(args.data_dir).resolve())
-    rows: dict[str, list[tuple[float, float, dict]]] = {"fit": [], "bare": []}
+    rows: dict[str, list[tuple[float, float, dict]]] = {"fit": [], **({"lean": []} if args.lean else {}), "bare": []}
     with tempfile.TemporaryDirectory() as tmp:
         for pair in range(args.pairs):
             timer_file = Path(tmp) / f"timer{pair}.json"
             fit, bare = commands(args.dataset, args.epochs, data_dir, f"{tmp}/run{pair}",
                                  "benchmarks.bench_fit.StepTimer", timer_file, fit_args)
             order = alternate(pair, fit, bare)
+            if args.lean:
+                runs = [("fit", fit), ("lean", [*fit, *LEAN]), ("bare", bare)]
+                order = tuple(runs[pair % 3:] + runs[:pair % 3])
             for name, cmd in [run for run in order if run[0] == "fit"] if args.fit_only else order:
                 wall, cpu, out = timed(cmd, env)
-                info = json.loads(timer_file.read_text()) if name == "fit" else json.loads(out.strip().splitlines()[-1])
+                info = json.loads(timer_file.read_text()) if name != "bare" else json.loads(out.strip().splitlines()[-1])
                 rows[name].append((wall, cpu, info))
                 print(f"pair {pair} {name:4s}: wall {wall:6.1f} s  cpu {cpu:6.1f} s  "
                       f"{info['ms_per_step']:.1f} ms/step  eval {info['eval_s'] / args.epochs:.2f} s/epoch", flush=True)
@@ -143,21 +154,26 @@ def main() -> None:
            for name, rs in rows.items()}
     print(f"\n{args.dataset}, {args.epochs} epochs, median of {args.pairs} (run alternately):")
     print("            |  wall s |   cpu s | ms/step | eval s/epoch | eval share of epoch | rest s")
-    for name in ("fit", "bare"):
+    for name in rows:
         m = med[name]
         # rest: the wall time outside the epochs' batches and evaluations (imports, set-up, the k-means
         # init, loggers, checkpoints, final pictures, shut-down): fixed costs, which a long run amortises.
         rest = m["wall"] - args.epochs * m["epoch"]
         print(f"  {name:9s} | {m['wall']:7.1f} | {m['cpu']:7.1f} | {m['step']:7.1f} | {m['eval']:12.2f} | "
               f"{m['eval'] / m['epoch']:19.1%} | {rest:6.1f}")
-    f, b = med["fit"], med["bare"]
-    print(f"  ratio     | {f['wall'] / b['wall']:6.2f}x | {f['cpu'] / b['cpu']:6.2f}x | {f['step'] / b['step']:6.2f}x |")
+    b = med["bare"]
+    for name in [n for n in rows if n != "bare"]:
+        f = med[name]
+        label = "ratio" if name == "fit" else f"{name}/bare"
+        print(f"  {label:9s} | {f['wall'] / b['wall']:6.2f}x | {f['cpu'] / b['cpu']:6.2f}x | "
+              f"{f['step'] / b['step']:6.2f}x |")
     # Within a pair both ran back to back, so their ratio cancels slow drifts of the machine; the spread of these
     # ratios says how far the medians above can be trusted.
-    for label, key in (("wall", lambda r: r[0]), ("ms/step", lambda r: r[2]["ms_per_step"])):
-        paired = [key(rf) / key(rb) for rf, rb in zip(rows["fit"], rows["bare"])]
-        print(f"  {label} ratio within each pair: {', '.join(f'{r:.2f}x' for r in paired)} "
-              f"(median {statistics.median(paired):.2f}x)")
+    for name in [n for n in rows if n != "bare"]:
+        for label, key in (("wall", lambda r: r[0]), ("ms/step", lambda r: r[2]["ms_per_step"])):
+            paired = [key(rf) / key(rb) for rf, rb in zip(rows[name], rows["bare"])]
+            print(f"  {'' if name == 'fit' else name + ' '}{label} ratio within each pair: "
+                  f"{', '.join(f'{r:.2f}x' for r in paired)} (median {statistics.median(paired):.2f}x)")
 
 
 if __name__ == "__main__":

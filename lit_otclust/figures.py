@@ -343,9 +343,9 @@ class _Snapshot(NamedTuple):
 class ClusterFigures(L.Callback):
     """Pictures of the clusters of the fitted images: galleries, confusion matrix, PCA map, sizes, Sinkhorn plan.
 
-    When: at the end of every ``every_n_epochs``-th validation while fitting (0: never), at the
-    end of fit (``<name>_final.png``, a copy of the last drawing when nothing trained since) and
-    at the end of predict. Where: ``<default_root_dir>/figures/<name>_epochNNN.png``, and, with a
+    When: at the end of every ``every_n_epochs``-th validation while fitting (0: never), and, with
+    ``final``, at the end of fit (``<name>_final.png``, a copy of the last drawing when nothing
+    trained since) and at the end of predict. Where: ``<default_root_dir>/figures/<name>_epochNNN.png``, and, with a
     ``WandbLogger``, as ``wandb.Image`` under ``figures/<name>`` together with the cluster-size
     histograms ``val/cluster_sizes`` (fitted samples) and ``heldout/cluster_sizes``. Only global
     rank 0 embeds and draws; the module is left as it was (its train/eval modes restored, no
@@ -353,16 +353,20 @@ class ClusterFigures(L.Callback):
 
     Args:
         every_n_epochs: draw after the validation of epochs ``n - 1, 2n - 1, ...``; 0 turns that off.
+        final: draw at the end of fit and of predict; ``every_n_epochs=0, final=False``: no pictures at all
+            (e.g. a sweep of many short runs, where the end's drawing is a visible share of each).
         gallery_size: images per cluster in the gallery.
         max_points: embeddings in the PCA map (a seeded random subset when there are more).
     """
 
-    def __init__(self, every_n_epochs: int = 10, gallery_size: int = 8, max_points: int = 5000) -> None:
+    def __init__(self, every_n_epochs: int = 10, final: bool = True, gallery_size: int = 8,
+                 max_points: int = 5000) -> None:
         if every_n_epochs < 0:
             raise ValueError(f"every_n_epochs must be >= 0 (0: only at the end), got {every_n_epochs}")
         if gallery_size < 1 or max_points < 1:
             raise ValueError(f"gallery_size and max_points must be >= 1, got {gallery_size} and {max_points}")
         self.every_n_epochs = every_n_epochs
+        self.final = final
         self.gallery_size = gallery_size
         self.max_points = max_points
         self._last: tuple[int, dict[str, Path]] | None = None  # (global_step, files) of this fit's latest drawing
@@ -385,6 +389,8 @@ class ClusterFigures(L.Callback):
             self._last = (trainer.global_step, files)
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self.final:
+            return
         if self._last is not None and self._last[0] == trainer.global_step:
             # No step since the last drawing: the same pictures, so copy them instead of drawing (and logging) again.
             for name, path in self._last[1].items():
@@ -396,7 +402,8 @@ class ClusterFigures(L.Callback):
 
     def on_predict_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # predict restores the weights, not the loops: the epoch is unknown here.
-        self.draw(trainer, pl_module, "final", None)
+        if self.final:
+            self.draw(trainer, pl_module, "final", None)
 
     @torch.no_grad()
     def draw(self, trainer: L.Trainer, pl_module: L.LightningModule, tag: str, epoch: int | None) -> dict[str, Path]:

@@ -493,6 +493,21 @@ def test_progress_bar_redraws_every_tenth_step_unless_the_user_says_otherwise(ex
     assert [bar.refresh_rate for bar in bars] == ([] if refresh is None else [refresh])
 
 
+def test_a_run_without_checkpoints_pictures_or_loggers_trains_and_writes_none_of_them(data_dir, tmp_path):
+    """enable_checkpointing false once stopped the run at its start (the CLI still added its ModelCheckpoint, which
+    Lightning refuses then); figures.final false with every_n_epochs 0 draws nothing, at the end of fit or predict."""
+    cli = fit(data_dir, tmp_path, "--trainer.enable_checkpointing", "false", "--trainer.logger", "false",
+              "--figures.every_n_epochs", "0", "--figures.final", "false")
+    assert cli.trainer.global_step > 0 and cli.trainer.checkpoint_callbacks == []
+    cli.trainer.predict(cli.model, datamodule=cli.datamodule)
+    assert not (tmp_path / "figures").exists() and not (tmp_path / "checkpoints").exists()
+    assert not list(tmp_path.rglob("*.ckpt")) and not list(tmp_path.rglob("*.png"))
+    # The same run with the defaults writes both (so the assertions above can fail).
+    fit(data_dir, tmp_path / "defaults", "--trainer.max_epochs", "2")
+    assert list((tmp_path / "defaults" / "checkpoints").glob("*.ckpt"))
+    assert list((tmp_path / "defaults" / "figures").glob("*_final.png"))
+
+
 class AbsurdLearningRate(L.Callback):
     """From epoch ``epoch`` on, a learning rate of 1e8: the weights blow up within a step or two."""
 
