@@ -20,28 +20,31 @@ from pathlib import Path
 
 from scipy import stats
 
-_ROW = re.compile(r"^pair (\d+) (fit|bare)\s*: wall\s+([\d.]+) s")
+_ROW = re.compile(r"^pair (\d+) (fit|lean|bare)\s*: wall\s+([\d.]+) s")
 
 
-def pair_ratios(path: Path) -> list[float]:
-    """Fit wall / bare wall of each complete pair in one record."""
+def pair_ratios(path: Path, variant: str = "fit") -> list[float]:
+    """``variant`` (the fit, or ``lean``: bench_fit --lean's fit with its outputs off) wall / bare wall of each
+    complete pair in one record."""
     walls: dict[int, dict[str, float]] = {}
     for line in path.read_text().splitlines():
         if m := _ROW.match(line):
             walls.setdefault(int(m[1]), {})[m[2]] = float(m[3])
-    return [w["fit"] / w["bare"] for _, w in sorted(walls.items()) if {"fit", "bare"} <= w.keys()]
+    return [w[variant] / w["bare"] for _, w in sorted(walls.items()) if {variant, "bare"} <= w.keys()]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("records", nargs="+", type=Path)
     parser.add_argument("--goal", type=float, default=1.10, help="issue #10's whole-process goal")
+    parser.add_argument("--variant", choices=("fit", "lean"), default="fit",
+                        help="the fit as configured, or bench_fit --lean's (loggers, checkpoints, pictures off)")
     args = parser.parse_args()
     ratios = []
     for path in args.records:
-        rs = pair_ratios(path)
+        rs = pair_ratios(path, args.variant)
         if not rs:
-            raise SystemExit(f"{path}: no complete fit/bare pair found (a bench_fit record is expected)")
+            raise SystemExit(f"{path}: no complete {args.variant}/bare pair found (a bench_fit record is expected)")
         print(f"{path.name}: {', '.join(f'{r:.3f}' for r in rs)}")
         ratios += rs
     test = stats.quantile_test(ratios, q=args.goal, p=0.5)  # H0: the pairs' median ratio is the goal

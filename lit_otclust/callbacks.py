@@ -9,7 +9,7 @@ from typing import Any, Literal
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
 from lit_otclust.matching import labelled_examples, match_labels, match_sizes
@@ -117,8 +117,11 @@ class PhaseSwitch(L.Callback):
         clustering = getattr(pl_module.hparams, "clustering", "ot")
         max_epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs >= 0 else None
         if clustering != "none" and max_epochs is not None and self.pretrain_epochs >= max_epochs:
-            raise ValueError(f"phases.pretrain_epochs ({self.pretrain_epochs}) must be below trainer.max_epochs "
-                             f"({max_epochs}), or the clustering loss never trains")
+            if not trainer.fast_dev_run:  # Lightning's one-epoch check of the code, whatever max_epochs says
+                raise ValueError(f"phases.pretrain_epochs ({self.pretrain_epochs}) must be below trainer.max_epochs "
+                                 f"({max_epochs}), or the clustering loss never trains")
+            rank_zero_info(f"trainer.fast_dev_run runs one epoch, so only pre-training (phases.pretrain_epochs = "
+                           f"{self.pretrain_epochs}); --phases.pretrain_epochs 0 runs the clustering loss instead")
         batch_size = getattr(trainer.datamodule, "batch_size", None)
         if clustering == "ot" and batch_size is not None and batch_size < len(pl_module.centers):
             raise ValueError(f"data batch_size ({batch_size}) is below the number of clusters "

@@ -140,6 +140,12 @@ class OTClusterCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs):
         trainer_cfg = self._get(self.config_init, "trainer", default={})
+        if trainer_cfg.get("barebones"):
+            # Lightning's raw-speed mode refuses self.log, which records this method's curves (val/acc, ...), and the
+            # loggers, checkpoints and bar this command adds: say what does the same here instead of its errors.
+            raise ValueError("trainer.barebones=true refuses self.log, which records the curves of this method; for a "
+                             "run without outputs pass --trainer.logger false --trainer.enable_checkpointing false "
+                             "--trainer.enable_progress_bar false --figures.final false instead")
         root = Path(trainer_cfg.get("default_root_dir") or "runs/default")
         callbacks = list(trainer_cfg.get("callbacks") or [])
         logger = trainer_cfg.get("logger")

@@ -508,6 +508,22 @@ def test_a_run_without_checkpoints_pictures_or_loggers_trains_and_writes_none_of
     assert list((tmp_path / "defaults" / "figures").glob("*_final.png"))
 
 
+def test_barebones_is_refused_naming_the_settings_that_do_the_same(data_dir, tmp_path):
+    """Lightning's barebones mode refuses self.log and the loggers/checkpoints the command adds: one error naming what
+    to pass instead, not Lightning's about a logger list the user never wrote."""
+    with pytest.raises(ValueError, match="trainer.barebones=true.*--trainer.enable_checkpointing false"):
+        fit(data_dir, tmp_path, "--trainer.barebones", "true")
+
+
+@pytest.mark.parametrize("pretrain", [1, 0])
+def test_fast_dev_run_checks_the_configured_phase_in_one_epoch(data_dir, tmp_path, pretrain):
+    """fast_dev_run runs one epoch whatever max_epochs says: with pre-training configured it pre-trains (it stopped
+    on "pretrain_epochs must be below max_epochs" before), without it runs the clustering loss's steps."""
+    cli = fit(data_dir, tmp_path, "--trainer.fast_dev_run", "2", "--phases.pretrain_epochs", str(pretrain))
+    assert cli.trainer.global_step == 2
+    assert cli.model.joint == (pretrain == 0)
+
+
 class AbsurdLearningRate(L.Callback):
     """From epoch ``epoch`` on, a learning rate of 1e8: the weights blow up within a step or two."""
 
