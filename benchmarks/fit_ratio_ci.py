@@ -23,14 +23,14 @@ from scipy import stats
 _ROW = re.compile(r"^pair (\d+) (fit|lean|bare)\s*: wall\s+([\d.]+) s")
 
 
-def pair_ratios(path: Path, variant: str = "fit") -> list[float]:
-    """``variant`` (the fit, or ``lean``: bench_fit --lean's fit with its outputs off) wall / bare wall of each
-    complete pair in one record."""
+def pair_ratios(path: Path, variant: str = "fit", over: str = "bare") -> list[float]:
+    """``variant`` (the fit, or ``lean``: bench_fit --lean's fit with its outputs off) wall / ``over``'s wall (the
+    bare loop's, or the lean fit's: what the outputs cost) of each complete pair in one record."""
     walls: dict[int, dict[str, float]] = {}
     for line in path.read_text().splitlines():
         if m := _ROW.match(line):
             walls.setdefault(int(m[1]), {})[m[2]] = float(m[3])
-    return [w[variant] / w["bare"] for _, w in sorted(walls.items()) if {variant, "bare"} <= w.keys()]
+    return [w[variant] / w[over] for _, w in sorted(walls.items()) if {variant, over} <= w.keys()]
 
 
 def main() -> None:
@@ -39,12 +39,15 @@ def main() -> None:
     parser.add_argument("--goal", type=float, default=1.10, help="issue #10's whole-process goal")
     parser.add_argument("--variant", choices=("fit", "lean"), default="fit",
                         help="the fit as configured, or bench_fit --lean's (loggers, checkpoints, pictures off)")
+    parser.add_argument("--over", choices=("bare", "lean"), default="bare",
+                        help="the reference: the bare loop, or the lean fit (--variant fit --over lean: the outputs)")
     args = parser.parse_args()
     ratios = []
     for path in args.records:
-        rs = pair_ratios(path, args.variant)
+        rs = pair_ratios(path, args.variant, args.over)
         if not rs:
-            raise SystemExit(f"{path}: no complete {args.variant}/bare pair found (a bench_fit record is expected)")
+            raise SystemExit(f"{path}: no complete {args.variant}/{args.over} pair found (a bench_fit record is "
+                             "expected)")
         print(f"{path.name}: {', '.join(f'{r:.3f}' for r in rs)}")
         ratios += rs
     test = stats.quantile_test(ratios, q=args.goal, p=0.5)  # H0: the pairs' median ratio is the goal
