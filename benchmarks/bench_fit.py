@@ -135,7 +135,8 @@ def main() -> None:
                 order = tuple(runs[pair % 3:] + runs[:pair % 3])
             for name, cmd in [run for run in order if run[0] == "fit"] if args.fit_only else order:
                 wall, cpu, out = timed(cmd, env)
-                info = json.loads(timer_file.read_text()) if name != "bare" else json.loads(out.strip().splitlines()[-1])
+                # The fits' times from StepTimer's file, the bare loop's from its last line.
+                info = json.loads(out.strip().splitlines()[-1] if name == "bare" else timer_file.read_text())
                 rows[name].append((wall, cpu, info))
                 print(f"pair {pair} {name:4s}: wall {wall:6.1f} s  cpu {cpu:6.1f} s  "
                       f"{info['ms_per_step']:.1f} ms/step  eval {info['eval_s'] / args.epochs:.2f} s/epoch", flush=True)

@@ -154,8 +154,8 @@ class OTClusterCLI(LightningCLI):
             kwargs["logger"] = logger = default_loggers(root, root.name, log_model)
         if logger:
             callbacks.append(LearningRateMonitor(logging_interval="epoch"))
-        # trainer.enable_checkpointing=false: no checkpoint callback, or Lightning refuses the list (and SignalCheckpoint,
-        # which saves into a ModelCheckpoint's folder, then saves nothing).
+        # trainer.enable_checkpointing=false: no checkpoint callback, or Lightning refuses the list (and
+        # SignalCheckpoint, which saves into a ModelCheckpoint's folder, then saves nothing).
         checkpointing = trainer_cfg.get("enable_checkpointing", True) is not False
         if checkpointing and not any(isinstance(cb, ModelCheckpoint) for cb in callbacks):
             # last.ckpt a hard link to the epoch's checkpoint: one write an epoch instead of two (checkpointing.py).

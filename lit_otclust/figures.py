@@ -362,7 +362,7 @@ class ClusterFigures(L.Callback):
     def __init__(self, every_n_epochs: int = 10, final: bool = True, gallery_size: int = 8,
                  max_points: int = 5000) -> None:
         if every_n_epochs < 0:
-            raise ValueError(f"every_n_epochs must be >= 0 (0: only at the end), got {every_n_epochs}")
+            raise ValueError(f"every_n_epochs must be >= 0 (0: none while fitting), got {every_n_epochs}")
         if gallery_size < 1 or max_points < 1:
             raise ValueError(f"gallery_size and max_points must be >= 1, got {gallery_size} and {max_points}")
         self.every_n_epochs = every_n_epochs
