@@ -93,10 +93,13 @@ def commands(dataset: str, epochs: int, data_dir: str, run_dir: str, callback: s
     return fit, bare
 
 
-def alternate(pair: int, fit: list[str], bare: list[str]) -> tuple[tuple[str, list[str]], ...]:
-    """The pair's two runs, named, the fit first in even pairs and the bare loop first in odd ones (so a slow drift
-    of the machine weighs on both alike)."""
-    return (("fit", fit), ("bare", bare)) if pair % 2 == 0 else (("bare", bare), ("fit", fit))
+def alternate(pair: int, fit: list[str], bare: list[str], lean: list[str] | None = None) -> tuple[tuple[str, list[str]], ...]:
+    """The pair's runs, named, in an order rotated from pair to pair (so a slow drift of the machine weighs on all
+    alike): the fit first in even pairs and the bare loop first in odd ones; with ``lean``, fit, lean, bare rotated
+    by one each pair."""
+    runs = [("fit", fit), *([("lean", lean)] if lean else []), ("bare", bare)]
+    first = pair % len(runs)
+    return tuple(runs[first:] + runs[:first])
 
 
 def pair_parser(doc: str) -> argparse.ArgumentParser:
@@ -129,10 +132,7 @@ def main() -> None:
             timer_file = Path(tmp) / f"timer{pair}.json"
             fit, bare = commands(args.dataset, args.epochs, data_dir, f"{tmp}/run{pair}",
                                  "benchmarks.bench_fit.StepTimer", timer_file, fit_args)
-            order = alternate(pair, fit, bare)
-            if args.lean:
-                runs = [("fit", fit), ("lean", [*fit, *LEAN]), ("bare", bare)]
-                order = tuple(runs[pair % 3:] + runs[:pair % 3])
+            order = alternate(pair, fit, bare, [*fit, *LEAN] if args.lean else None)
             for name, cmd in [run for run in order if run[0] == "fit"] if args.fit_only else order:
                 wall, cpu, out = timed(cmd, env)
                 # The fits' times from StepTimer's file, the bare loop's from its last line.

@@ -32,3 +32,12 @@ def test_pair_ratios_of_a_lean_record_take_the_named_variant_over_the_named_refe
     assert pair_ratios(record) == pytest.approx([24.4 / 22.5])
     assert pair_ratios(record, "lean") == pytest.approx([22.7 / 22.5, 23.7 / 23.2])
     assert pair_ratios(record, "fit", over="lean") == pytest.approx([24.4 / 22.7])
+
+
+def test_alternate_rotates_the_runs_so_each_goes_first_in_turn():
+    from benchmarks.bench_fit import alternate
+
+    two = [[name for name, _ in alternate(pair, ["fit"], ["bare"])] for pair in range(2)]
+    assert two == [["fit", "bare"], ["bare", "fit"]]
+    three = [[name for name, cmd in alternate(pair, ["fit"], ["bare"], ["lean"])] for pair in range(3)]
+    assert three == [["fit", "lean", "bare"], ["lean", "bare", "fit"], ["bare", "fit", "lean"]]
