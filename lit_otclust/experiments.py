@@ -22,6 +22,7 @@ import os
 import subprocess
 import sys
 import time
+from importlib import metadata
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -150,7 +151,7 @@ def _run_one(out: Path, config: str, point: dict[str, str], fixed: dict[str, str
     record = {"name": name, "config": config, "dataset": dataset, "method": method, "seed": seed,
               "grid": point, "fixed": fixed, "seconds": round(_attempts_seconds(root, time.time(), done=True), 1),
               "final": curves[max(curves)] if curves else {}, "curves": curves, "command": " ".join(portable),
-              "commit": _commit()}
+              "commit": _commit(), "omp_num_threads": threads, "torch": metadata.version("torch")}
     confusion = read_confusions(root / "figures")
     if confusion:  # clusters x classes every `figures.every_n_epochs` epochs: which classes merge or split, and when
         record["confusion"] = confusion

@@ -28,7 +28,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 __all__ = ["NonFiniteCostError", "SinkhornResult", "squared_distances", "sinkhorn", "sinkhorn_algorithm1",
-           "ot_clustering_loss", "soft_kmeans_loss"]
+           "sinkhorn_fixed", "ot_clustering_loss", "soft_kmeans_loss"]
 
 # Epsilon scaling: each stage divides epsilon by this factor and runs a few iterations warm-started from
 # the previous stage, so that the last stage starts close to its fixed point (Schmitzer 2019, Sec. 3.2).
@@ -81,7 +81,8 @@ def _full_precision(fn: _F) -> _F:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         device = next(a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)).device.type
-        if not torch.is_autocast_enabled(device):
+        # meta tensors have no autocast (the tests run sync-free paths there, where a host read raises)
+        if device == "meta" or not torch.is_autocast_enabled(device):
             return fn(*args, **kwargs)
         with torch.autocast(device, enabled=False):
             return fn(*args, **kwargs)
@@ -122,6 +123,14 @@ class _Group:
             x = x.clone()
             dist.all_reduce(x, op=dist.ReduceOp.MAX)
         return x
+
+    def logsumexp(self, x: Tensor) -> Tensor:
+        """Elementwise log of the sum over ranks of exp(x): one all_gather, so the max-shift needs no second call."""
+        if not self.active:
+            return x
+        parts = [torch.empty_like(x) for _ in range(self.world_size)]
+        dist.all_gather(parts, x.contiguous())
+        return torch.logsumexp(torch.stack(parts), 0)
 
 
 def _check_weights(w: Tensor | None, size: int, name: str, group: _Group, like: Tensor) -> tuple[Tensor, bool]:
@@ -523,6 +532,52 @@ def sinkhorn_algorithm1(cost: Tensor, b: Tensor | None = None, *, epsilon: float
     return SinkhornResult(plan, f, g, n_iter, err, err < 1e-5)
 
 
+@_full_precision
+def sinkhorn_fixed(cost: Tensor, b: Tensor | None = None, g_init: Tensor | None = None, *, epsilon: float,
+                   n_iter: int, reg_m: float | None = None, distributed: bool = False) -> SinkhornResult:
+    r"""``n_iter`` log-domain Sinkhorn iterations from the column potential ``g_init``, ending on the column update.
+
+    .. math::
+        f_i \leftarrow \epsilon\big(\log a_i - \mathrm{LSE}_k \tfrac{g_k - C_{ik}}{\epsilon}\big), \quad
+        g_k \leftarrow \epsilon\big(\log b_k - \mathrm{LSE}_i \tfrac{f_i - C_{ik}}{\epsilon}\big),
+
+    with :math:`a = \mathbf{1}_n / n` over all ranks' rows. The training solve: the column update comes last, so the
+    plan's cluster sizes are exactly ``b`` after any number of iterations (the paper's Algorithm 1) and its rows are
+    loose; warm-started from the previous batch's g, a few iterations suffice (RESULTS.md). No host read at all: no
+    tolerance check, no ``.item()``, no branch on a device value, so a GPU never waits and the whole solve can be
+    compiled or captured. Each column update under DDP is one ``all_gather`` of K values. Differentiable by autograd
+    when ``cost`` requires grad (single process). :func:`sinkhorn` is the solve to a tolerance.
+
+    Args:
+        cost: (n, K) finite cost, this rank's rows. b: (K,) proportions, default ``1/K``, not validated here (the
+            system checks them once). g_init: (K,) warm start, default zeros. epsilon: > 0. n_iter: >= 1.
+        reg_m: KL relaxation of the column marginal (then the sizes are not exact). distributed: rows over ranks.
+
+    Returns:
+        :class:`SinkhornResult` whose ``marginal_error`` is a 0-d tensor on the device, the L1 error of the *row*
+        marginal (the loose one), ``n_iter`` the iterations run and ``converged`` always False (nothing was checked);
+        balanced: g in the gauge :math:`\langle b, g\rangle = 0`.
+    """
+    if n_iter < 1:
+        raise ValueError(f"`n_iter` must be >= 1, got {n_iter}")
+    group = _Group(distributed)
+    n, k = cost.shape
+    b = cost.new_full((k,), 1.0 / k) if b is None else b.to(cost)
+    g = cost.new_zeros(k) if g_init is None else g_init.detach().to(cost)
+    total = group.sum(torch.tensor(float(n), dtype=cost.dtype, device=cost.device))  # on the device: no read
+    log_a, log_b = -total.log(), b.log()
+    lam = _unbalanced_factor(epsilon, reg_m)
+    for _ in range(n_iter):
+        f = epsilon * (log_a - torch.logsumexp((g - cost) / epsilon, 1))  # (n,)
+        g = lam * epsilon * (log_b - group.logsumexp(torch.logsumexp((f[:, None] - cost) / epsilon, 0)))  # (K,)
+    if lam == 1.0:
+        shift = torch.where(b > 0, b * g, 0.0).sum()  # gauge <b, g> = 0; a zero proportion has g = -inf
+        f, g = f + shift, g - shift
+    plan = torch.exp((f[:, None] + g - cost) / epsilon)
+    err = group.sum((plan.detach().sum(1) - log_a.exp()).abs().sum())
+    return SinkhornResult(plan, f, g, n_iter, err, False)
+
+
 def _objective(plan: Tensor, log_plan: Tensor, cost: Tensor, epsilon: float) -> Tensor:
     r""":math:`\sum_{ik} C_{ik}P_{ik} + \epsilon P_{ik}(\log P_{ik} - 1)`, the paper's (OT_eps), summed."""
     entropy = plan * (torch.where(plan > 0, log_plan, torch.zeros_like(log_plan)) - 1.0)  # 0 log 0 = 0
@@ -633,7 +688,9 @@ def ot_clustering_loss(
         gradient: ``"envelope"`` (default) solves without autograd and differentiates the objective with
             the plan held fixed, exact at the optimum by Danskin's theorem: :math:`\partial\ell/\partial C = P^*`.
             ``"unrolled"`` backpropagates through the iterations, as in the paper (single process only).
-        solver: ``"solve"`` (default): :func:`sinkhorn`, solved to ``tol`` (warm-started from ``g_init``).
+        solver: ``"fixed"``: :func:`sinkhorn_fixed`, ``max_iter`` iterations warm-started from ``g_init``, columns
+            exact, rows loose, no host read (``tol`` unused). ``"solve"`` (default): :func:`sinkhorn`, solved to
+            ``tol`` (warm-started from ``g_init``).
             ``"algorithm1"``: :func:`sinkhorn_algorithm1`, the paper's Algorithm 1 with ``n_iter = max_iter``
             from a cold start, columns exact and rows loose; balanced, single process (``tol``, ``g_init``
             unused). Its plan is a minimiser only once converged, so its ``"envelope"`` gradient is approximate.
@@ -644,9 +701,11 @@ def ot_clustering_loss(
     """
     if gradient not in ("envelope", "unrolled"):
         raise ValueError(f"`gradient` must be 'envelope' or 'unrolled', got {gradient!r}")
-    if solver not in ("solve", "algorithm1"):
-        raise ValueError(f"`solver` must be 'solve' or 'algorithm1', got {solver!r}")
+    if solver not in ("fixed", "solve", "algorithm1"):
+        raise ValueError(f"`solver` must be 'fixed', 'solve' or 'algorithm1', got {solver!r}")
     cost = squared_distances(z, centers)  # (n, K)
+    if solver == "fixed" and gradient == "unrolled" and distributed and _Group(True).active:
+        raise ValueError("gradient='unrolled' is not supported with distributed=True; use 'envelope'")
     if solver == "algorithm1":
         if reg_m is not None or (distributed and _Group(True).active):
             raise ValueError("solver='algorithm1' is the paper's balanced, single-process Sinkhorn: "
@@ -658,7 +717,13 @@ def ot_clustering_loss(
         return loss, res._replace(plan=res.plan.detach(), f=res.f.detach(), g=res.g.detach())
     solve = dict(epsilon=epsilon, max_iter=max_iter, tol=tol, reg_m=reg_m, g_init=g_init, distributed=distributed,
                  warn=warn)
-    if gradient == "unrolled":
+    if solver == "fixed":
+        c = cost if gradient == "unrolled" else cost.detach()
+        res = sinkhorn_fixed(c, proportions, g_init, epsilon=epsilon, n_iter=max_iter, reg_m=reg_m,
+                             distributed=distributed)
+        plan = res.plan
+        log_plan = (res.f[:, None] + res.g[None, :] - c) / epsilon
+    elif gradient == "unrolled":
         if distributed and _Group(True).active:
             raise ValueError("gradient='unrolled' is not supported with distributed=True; use 'envelope'")
         res = sinkhorn(cost, None, proportions, **solve)
@@ -680,19 +745,30 @@ def ot_clustering_loss(
 
 
 @_full_precision
-def soft_kmeans_loss(z: Tensor, centers: Tensor, *, epsilon: float) -> Tensor:
-    r"""The one-marginal objective of Proposition 2 (the DKM loss of Fard et al.), at its optimum.
+def soft_kmeans_loss(z: Tensor, centers: Tensor, *, epsilon: float, form: str = "softmin") -> Tensor:
+    r"""Soft k-means: the clustering loss without the cluster-size constraint. ``z`` (n, p), ``centers`` (K, p).
 
-    Without the cluster-size constraint the optimal plan is :math:`P^*_{ik} = \mathrm{softmax}_k(-C_{ik}/\epsilon)/n`
-    and the objective :math:`\sum_{ik} C_{ik}P^*_{ik} + \epsilon P^*_{ik}(\log P^*_{ik} - 1)` equals
+    ``form="softmin"`` (default): the one-marginal objective of Proposition 2 at its optimum. Without the size
+    constraint the optimal plan is :math:`P^*_{ik} = \mathrm{softmax}_k(-C_{ik}/\epsilon)/n` and the objective
+    :math:`\sum_{ik} C_{ik}P^*_{ik} + \epsilon P^*_{ik}(\log P^*_{ik} - 1)` equals
 
     .. math::
         -\frac{\epsilon}{n} \sum_i \mathrm{LSE}_k(-C_{ik}/\epsilon) - \epsilon(1 + \log n),
 
-    a soft minimum of the squared distances. ``z`` (n, p), ``centers`` (K, p); returns a scalar.
+    a soft minimum of the squared distances, the entropic value the OT loss reduces to. Its gradient in C is
+    :math:`P^*` (the envelope theorem): each point pulled to the centers by its soft assignment.
+
+    ``form="expected"``: DKM's loss (Fard et al. 2018, their reference code), the expected distance under the
+    soft assignment, :math:`\frac1n \sum_{ik} \mathrm{softmax}_k(-C_{ik}/\epsilon)\, C_{ik}`, with autograd through
+    the softmax. That adds :math:`-\frac{1}{\epsilon} s_{ik}(C_{ik} - \bar C_i)` to the gradient, which sharpens
+    the assignments. Not the soft-min: the two differ by the assignment's entropy, which DKM does not subtract.
     """
     if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
         raise ValueError(f"`epsilon` must be a finite number > 0, got {epsilon!r}")
+    if form not in ("softmin", "expected"):
+        raise ValueError(f"`form` must be 'softmin' or 'expected', got {form!r}")
     cost = squared_distances(z, centers)  # (n, K)
+    if form == "expected":
+        return (torch.softmax(-cost / epsilon, 1) * cost).sum(1).mean()
     n = cost.shape[0]
     return -epsilon * torch.logsumexp(-cost / epsilon, 1).mean() - epsilon * (1.0 + math.log(n))

@@ -72,7 +72,13 @@ class DeepClustering(L.LightningModule):
             pixels, which shrinks l_r by the input dimension d relative to l_c.
         gradient: ``"envelope"`` or ``"unrolled"`` (see :func:`lit_otclust.ot.ot_clustering_loss`).
         sinkhorn_max_iter / sinkhorn_tol: the Sinkhorn stopping rule.
-        sinkhorn_solver: ``"solve"`` (default): log-domain Sinkhorn + Newton, warm-started from the previous
+        soft_kmeans_form: with ``clustering="soft_kmeans"``, ``"softmin"`` (default: the entropic value of Prop. 2,
+            the OT loss without the size constraint) or ``"expected"`` (DKM's own loss, the expected distance under
+            the soft assignment): see :func:`lit_otclust.ot.soft_kmeans_loss`.
+        sinkhorn_solver: ``"fixed"``: ``sinkhorn_iters`` log-domain iterations warm-started from the previous batch's
+            potential, ending on the column update (exact cluster sizes, loose rows), with no host read
+            (:func:`lit_otclust.ot.sinkhorn_fixed`); its rows' error is logged as ``train/sinkhorn_error``.
+            ``"solve"`` (default): log-domain Sinkhorn + Newton, warm-started from the previous
             batch's potential and solved to ``sinkhorn_tol`` (:func:`lit_otclust.ot.sinkhorn`). ``"algorithm1"``:
             the paper's Algorithm 1 as written, exactly ``sinkhorn_max_iter`` iterations from a cold start, so
             the cluster sizes of each batch's plan are exact and its rows loose
@@ -122,6 +128,7 @@ class DeepClustering(L.LightningModule):
         autoencoder: nn.Module,
         num_clusters: int = 10,
         clustering: Clustering = "ot",
+        soft_kmeans_form: Literal["softmin", "expected"] = "softmin",
         proportions: list[float] | None = None,
         epsilon: float = 1e-2,
         clustering_weight: float = 1.0,
@@ -129,7 +136,8 @@ class DeepClustering(L.LightningModule):
         gradient: Literal["envelope", "unrolled"] = "envelope",
         sinkhorn_max_iter: int = 1000,
         sinkhorn_tol: float = 1e-5,
-        sinkhorn_solver: Literal["solve", "algorithm1"] = "solve",
+        sinkhorn_solver: Literal["fixed", "solve", "algorithm1"] = "solve",
+        sinkhorn_iters: int = 10,
         reg_m: float | None = None,
         cost_scale: Literal["none", "batch_mean"] = "none",
         assignment: Literal["distance", "potential"] = "distance",
@@ -151,8 +159,12 @@ class DeepClustering(L.LightningModule):
             raise ValueError(f"cost_scale must be 'none' or 'batch_mean', got {cost_scale!r}")
         if reconstruction not in ("sse", "mse"):
             raise ValueError(f"reconstruction must be 'sse' or 'mse', got {reconstruction!r}")
-        if sinkhorn_solver not in ("solve", "algorithm1"):
-            raise ValueError(f"sinkhorn_solver must be 'solve' or 'algorithm1', got {sinkhorn_solver!r}")
+        if sinkhorn_solver not in ("fixed", "solve", "algorithm1"):
+            raise ValueError(f"sinkhorn_solver must be 'fixed', 'solve' or 'algorithm1', got {sinkhorn_solver!r}")
+        if sinkhorn_iters < 1:
+            raise ValueError(f"sinkhorn_iters must be >= 1, got {sinkhorn_iters}")
+        if soft_kmeans_form not in ("softmin", "expected"):
+            raise ValueError(f"soft_kmeans_form must be 'softmin' or 'expected', got {soft_kmeans_form!r}")
         if sinkhorn_solver == "algorithm1" and (reg_m is not None or reg_m_start is not None):
             raise ValueError("sinkhorn_solver='algorithm1' is the paper's balanced Sinkhorn: it takes no reg_m or reg_m_start")
         if assignment not in ("distance", "potential"):
@@ -310,12 +322,13 @@ class DeepClustering(L.LightningModule):
             scale = squared_distances(z, centers).mean().sqrt()
             z, centers = z / scale, centers / scale
         if hp.clustering == "soft_kmeans":
-            return soft_kmeans_loss(z, centers, epsilon=epsilon), {"epsilon": epsilon}
+            return soft_kmeans_loss(z, centers, epsilon=epsilon, form=hp.soft_kmeans_form), {"epsilon": epsilon}
         world = self.trainer.world_size if self._trainer is not None else 1
         warm = self.g_last if self._warm else None
         loss, res = ot_clustering_loss(
             z, centers, self.proportions, epsilon=epsilon, gradient=hp.gradient,
-            max_iter=hp.sinkhorn_max_iter, tol=hp.sinkhorn_tol, reg_m=reg_m, g_init=warm,
+            max_iter=hp.sinkhorn_iters if hp.sinkhorn_solver == "fixed" else hp.sinkhorn_max_iter,
+            tol=hp.sinkhorn_tol, reg_m=reg_m, g_init=warm,
             distributed=world > 1, warn=False,  # counted per epoch and warned about once per run instead
             solver=hp.sinkhorn_solver,
         )
@@ -335,8 +348,10 @@ class DeepClustering(L.LightningModule):
         if nearest is None:
             nearest = squared_distances(z.detach(), centers.detach()).argmin(1)
         moved = (res.plan.argmax(1) != nearest).float().mean()
-        return loss, {"plan_moved": moved, "sinkhorn_iters": float(res.n_iter), "sinkhorn_error": float(res.marginal_error),
-                      "sinkhorn_converged": float(res.converged), "epsilon": epsilon,
+        stats = {"plan_moved": moved, "sinkhorn_iters": float(res.n_iter), "sinkhorn_error": res.marginal_error}
+        if hp.sinkhorn_solver != "fixed":  # the fixed solve checks nothing: its error stays a tensor on the device
+            stats.update(sinkhorn_error=float(res.marginal_error), sinkhorn_converged=float(res.converged))
+        return loss, {**stats, "epsilon": epsilon,
                       **({"reg_m": reg_m} if reg_m is not None else {})}
 
     def _average_potential(self, g: Tensor) -> None:

@@ -180,6 +180,44 @@ def test_the_algorithm1_solver_runs_the_papers_sinkhorn_cold_every_batch():
         DeepClustering(MLPAutoencoder(), sinkhorn_solver="plain")
 
 
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")
+def test_the_fixed_solver_warm_starts_from_the_last_batch_and_keeps_its_error_on_the_device():
+    """sinkhorn_solver='fixed': each batch's loss is the library's fixed solve of sinkhorn_iters iterations from the
+    previous batch's g; the error statistic stays a tensor (summed per epoch), nothing is counted as unconverged."""
+    torch.manual_seed(0)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=4, epsilon=0.1, clustering_weight=0.25,
+                            sinkhorn_solver="fixed", sinkhorn_iters=4)
+    module.centers.data.normal_()
+    module.joint = True
+    w, warm = torch.full((4,), 0.25), None
+    for step in range(3):
+        x = torch.rand(40, 784)
+        z, x_hat = module.autoencoder(x)
+        loss = module.training_step((x, torch.zeros(40, dtype=torch.long), torch.arange(40)), step)
+        clust, res = ot_clustering_loss(z, module.centers, w, epsilon=0.1, max_iter=4, g_init=warm, solver="fixed")
+        torch.testing.assert_close(loss, (x_hat - x).pow(2).sum(1).mean() + 0.25 * clust)
+        torch.testing.assert_close(module.g_last, res.g)
+        torch.testing.assert_close(res.plan.sum(0), w)  # exact cluster sizes after any number of iterations
+        warm = res.g
+    assert isinstance(module._train_sums["sinkhorn_error"], torch.Tensor) and module._unconverged == 0
+    assert module._train_sums["sinkhorn_iters"] == 12.0 and "sinkhorn_converged" not in module._train_sums
+    with pytest.raises(ValueError, match="sinkhorn_iters"):
+        DeepClustering(MLPAutoencoder(), sinkhorn_solver="fixed", sinkhorn_iters=0)
+
+
+def test_the_soft_kmeans_form_picks_dkms_expected_distance():
+    torch.manual_seed(0)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=4, clustering="soft_kmeans", epsilon=0.1,
+                            soft_kmeans_form="expected")
+    module.centers.data.normal_()
+    z = torch.randn(50, 10)
+    torch.testing.assert_close(module.clustering_loss(z)[0],
+                               soft_kmeans_loss(z, module.centers, epsilon=0.1, form="expected"))
+    assert not torch.isclose(module.clustering_loss(z)[0], soft_kmeans_loss(z, module.centers, epsilon=0.1))
+    with pytest.raises(ValueError, match="soft_kmeans_form"):
+        DeepClustering(MLPAutoencoder(), clustering="soft_kmeans", soft_kmeans_form="dkm")
+
+
 def test_potential_assignment_shifts_by_g():
     module = DeepClustering(MLPAutoencoder(latent_dim=1), num_clusters=2)
     module.centers.data = torch.tensor([[0.0], [1.0]])
