@@ -5,30 +5,35 @@
   previous ``last.ckpt`` readable instead of a truncated one.
 - :class:`LinkedLastCheckpoint` (the CLI's checkpoint callback) makes ``last.ckpt`` a hard link to the epoch's
   checkpoint, renamed into place, instead of a second write of the same state.
-- :class:`SignalCheckpoint` saves ``last.ckpt`` when Lightning stops the run on SIGTERM (what
-  ``scancel``, Kubernetes and most schedulers send before killing) or Ctrl-C, mid-epoch
-  included. With the resumable training loader (:class:`lit_otclust.data.ResumableLoader`)
+- :class:`SignalCheckpoint` stops the run on SIGTERM (what ``scancel``, SLURM's ``--signal``, Kubernetes and most
+  schedulers send before killing) at a batch boundary every DDP rank agrees on, and saves ``last.ckpt``; also on
+  Ctrl-C in one process. With the resumable training loader (:class:`lit_otclust.data.ResumableLoader`)
   ``--ckpt_path last`` then continues with the very next batch.
 
-SLURM's own pre-emption signal (``#SBATCH --signal=SIGUSR1@90``) is handled by Lightning's
-SLURM environment: it saves ``hpc_ckpt_<n>.ckpt`` in ``default_root_dir``, requeues the job, and
-the requeued job resumes from it by itself (``scripts/slurm_*.sbatch``).
+On SLURM one mechanism requeues: ``scripts/slurm.sbatch`` asks for SIGTERM before the time limit and requeues the
+job when the run exits 143. Lightning's own auto-requeue (SIGUSR1) is switched off by the CLI: its handler saves a
+checkpoint, a collective, from inside the signal handler, which can deadlock DDP ranks.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+
 
 
 @contextmanager
@@ -106,15 +111,72 @@ class LinkedLastCheckpoint(ModelCheckpoint):
 
 
 class SignalCheckpoint(L.Callback):
-    """Saves ``<ModelCheckpoint dirpath>/last.ckpt`` when the run stops on SIGTERM or Ctrl-C.
+    """Stops the run on SIGTERM at a batch boundary that every DDP rank agrees on, saves ``last.ckpt``, and (through
+    the CLI) exits 143; also saves on Ctrl-C in a single process.
 
-    Only these stops: a run that fails (a NaN, a bug) keeps its last good checkpoint instead of
-    overwriting it with the state that failed.
+    Lightning's own SIGTERM handler broadcasts from inside the handler: a rank interrupted while its peer waits in
+    another collective (the distributed Sinkhorn issues several a step) waits forever in a broadcast the peer never
+    reaches, and the peer in an all-reduce this rank never finishes, until the job's time limit kills both without a
+    requeue. Here the handler only records the signal (and forwards it to the processes Lightning's launcher
+    started, as Lightning's does). At the end of every training batch each rank reduces the flag with
+    ``strategy.reduce_boolean_decision`` (one all-reduce of one element, in the main flow, which every rank reaches
+    in the same order), so all ranks learn of the signal at the same batch and stop together. The stop itself is
+    Lightning's: its loops check ``trainer.received_sigterm`` right after that hook and raise ``SIGTERMException``
+    where the progress counters are consistent, so ``--ckpt_path last`` resumes with the next batch, exactly.
+    A signal agreed on at an epoch's last batch lets that epoch's evaluation and checkpoint run first, on every rank,
+    and stops after the next batch. A signal after the last training batch of the run lets it finish (exit 0).
+    Bound: a stop lands within one training batch, or one evaluation pass and a batch, of the signal.
+
+    Only these stops save: a run that fails (a NaN, a bug) keeps its last good checkpoint instead of overwriting it
+    with the state that failed. Ctrl-C under DDP does not save: each rank is interrupted wherever it stands, so no
+    collective save can be agreed on; the last epoch's checkpoint stays.
     """
+
+    def __init__(self) -> None:
+        self._signalled = False  # set by the handler, on this rank
+        self._pending = False  # agreed at an epoch's last batch: stop after the next one
+        self._launcher = None
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        # Only a flag: no collective and no I/O (not even logging, whose locks the interrupted code may hold).
+        if not self._signalled and self._launcher is not None:
+            self._launcher.kill(signum)  # ranks that Lightning's launcher started from this process
+        self._signalled = True
+
+    def _install(self, trainer: L.Trainer) -> None:
+        # After Lightning registered its handlers (just before the loops start), so this one replaces its
+        # in-handler broadcast; Lightning restores the original handlers when the run ends.
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) != self._on_sigterm:
+            self._launcher = trainer.strategy.launcher
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def on_sanity_check_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._install(trainer)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._install(trainer)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        # Every rank reaches this hook once a batch and in the same order; the reduction is the agreement.
+        stop = trainer.strategy.reduce_boolean_decision(self._signalled, all=False) or self._pending
+        if not stop:
+            return
+        if not self._pending and trainer.is_last_batch:  # the epoch's evaluation and checkpoint follow, on every rank: stop after them
+            rank_zero_info(f"SIGTERM: stopping after epoch {trainer.current_epoch}'s evaluation and the next batch")
+            self._pending = True
+            return
+        rank_zero_info(f"SIGTERM: every rank stops after batch {batch_idx} of epoch {trainer.current_epoch}; "
+                       "saving last.ckpt")
+        # Lightning's loops read this flag where a stopped run keeps consistent progress counters (the end of this
+        # batch). It has no public setter; it is set here, on every rank at the same batch, never in a handler.
+        trainer._signal_connector.received_sigterm = True
 
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         if not isinstance(exception, (SIGTERMException, KeyboardInterrupt)):
             return
+        if isinstance(exception, KeyboardInterrupt) and trainer.world_size > 1:
+            return  # see the class docstring
         ckpt = next((cb for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath), None)
         if ckpt is None:
             return

@@ -34,6 +34,7 @@ import torch
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, ProgressBar, TQDMProgressBar
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
+from lightning.pytorch.plugins.environments import ClusterEnvironment, SLURMEnvironment
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -175,7 +176,12 @@ class OTClusterCLI(LightningCLI):
         plugins = trainer_cfg.get("plugins")
         plugins = list(plugins) if isinstance(plugins, (list, tuple)) else [plugins] if plugins else []
         if not any(isinstance(p, CheckpointIO) for p in plugins):
-            kwargs["plugins"] = [*plugins, AtomicCheckpointIO()]
+            plugins.append(AtomicCheckpointIO())
+        if SLURMEnvironment.detect() and not any(isinstance(p, ClusterEnvironment) for p in plugins):
+            # One requeue mechanism: scripts/slurm.sbatch's (SIGTERM, exit 143, requeue). Lightning's auto-requeue
+            # saves a checkpoint inside its SIGUSR1 handler, a collective that can deadlock DDP ranks.
+            plugins.append(SLURMEnvironment(auto_requeue=False))
+        kwargs["plugins"] = plugins
         if self.subcommand == "predict" and not any(isinstance(cb, ClusterWriter) for cb in callbacks):
             callbacks.append(ClusterWriter(str(root)))
         # LightningCLI merges kwargs over the config's trainer settings: pass the whole list.
@@ -249,7 +255,7 @@ def warn_if_cores_are_busy() -> None:
     51.9 s at torch's default 2 threads against 13.2 s at 1 (``benchmarks/results/bench_threads.txt``)."""
     if not hasattr(os, "getloadavg") or {"OMP_NUM_THREADS", "OMP_WAIT_POLICY"} & set(os.environ):
         return
-    if os.environ.get("LOCAL_RANK", "0") != "0":  # DDP's other processes: Lightning sets their threads
+    if os.environ.get("LOCAL_RANK", "0") != "0" or os.environ.get("SLURM_PROCID", "0") != "0":  # DDP's other ranks
         return
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     load, threads = os.getloadavg()[0], torch.get_num_threads()
@@ -267,5 +273,12 @@ def quiet_third_party_notices() -> None:
     logger and model registry, and a deprecation inside Lightning's own code (``_pytree``) under this torch. Only at
     the process's entry point: a library must not change a caller's warning filters or logging."""
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+    # Under DDP Lightning recommends sync_dist for every epoch-level value logged without it. These are global
+    # already: accuracy, NMI and ARI come from a torchmetrics Metric that reduces its counts over the ranks, the
+    # cluster sizes are reduced by the system, and every rank counts the same unconverged solves of the one global
+    # problem (DeepClustering._log_metrics, _log_sizes, on_train_epoch_end). Only their warnings are dropped.
+    warnings.filterwarnings("ignore", message=r"It is recommended to use `self.log\('(train|val|heldout)/(acc|nmi|ari|"
+                            r"size_min|size_max|size_entropy|sinkhorn_unconverged)(_distance|_potential)?', \.\.\., "
+                            r"sync_dist=True\)`")
     # rank_zero_info logs through this module attribute, which Lightning's import replaces with its own logger.
     rank_zero.log.addFilter(lambda record: not any(ad in record.getMessage() for ad in ("litlogger", "litmodels")))

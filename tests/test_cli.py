@@ -284,13 +284,17 @@ def uninterrupted(data_dir, tmp_path_factory):
     return root, {k: v.clone() for k, v in trainer.lightning_module.state_dict().items()}
 
 
-@pytest.mark.parametrize("epoch,batch", [(0, 4), (0, 9), (1, 0), (2, 6)],
-                         ids=["mid-pretraining", "last-pretraining-batch", "first-joint-batch", "mid-joint-epoch"])
-def test_run_stopped_by_sigterm_resumes_to_the_uninterrupted_run(data_dir, tmp_path, uninterrupted, epoch, batch):
-    """SIGTERM mid-epoch saves last.ckpt at that step; `--ckpt_path last` ends equal to the run never stopped.
+@pytest.mark.parametrize("epoch,batch,stop_step", [(0, 4, 6), (0, 9, 11), (1, 0, 12), (2, 6, 28), (1, 8, 21)],
+                         ids=["mid-pretraining", "last-pretraining-batch", "first-joint-batch", "mid-joint-epoch",
+                              "agreed-at-an-epochs-last-batch"])
+def test_run_stopped_by_sigterm_resumes_to_the_uninterrupted_run(data_dir, tmp_path, uninterrupted, epoch, batch,
+                                                                  stop_step):
+    """SIGTERM mid-epoch saves last.ckpt at a batch boundary; `--ckpt_path last` ends equal to the run never stopped.
 
-    Cases: inside pre-training, at its last batch (the resumed run makes the phase switch), at the
-    first joint batch (just after the switch), inside a joint epoch.
+    The signal lands after batch ``batch``'s agreement point (SignalAt runs after SignalCheckpoint), so the stop is
+    agreed at the next batch's end; agreed at an epoch's last batch, the epoch's evaluation runs and the stop follows
+    the next batch. Cases: inside pre-training, at its last batch (the resumed run makes the phase switch), at the
+    first joint batch (just after the switch), inside a joint epoch, agreed at a joint epoch's last batch.
     """
     full_root, full_state = uninterrupted
     cut = tmp_path / "cut"
@@ -301,7 +305,7 @@ def test_run_stopped_by_sigterm_resumes_to_the_uninterrupted_run(data_dir, tmp_p
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     wandb.finish()
     saved = torch.load(cut / "checkpoints" / "last.ckpt", weights_only=False)
-    assert saved["global_step"] == 10 * epoch + batch + 1, "last.ckpt is not the state at the signal"
+    assert saved["global_step"] == stop_step, "last.ckpt is not the state at the agreed stop"
     resumed = fit(data_dir, cut, "--ckpt_path", "last").trainer
     assert resumed.current_epoch == 3
     state = resumed.lightning_module.state_dict()
