@@ -1,13 +1,11 @@
 """What Lightning's training loop costs per step by itself: a no-op model on the MNIST-sized loader.
 
-    python -m benchmarks.bench_lightning_floor [--epochs 2] [--threads 1] [--rounds 5]
+    python -m benchmarks.bench_lightning_floor [--epochs 2] [--threads 1]
 
 The model's step does no work, so each figure is the loop's own time per batch of 300 from 70,000
 in-memory samples (the loader of ``lit_otclust.data``): a plain ``for batch in loader``, then
 ``Trainer.fit`` without callbacks, with the progress bar as the CLI sets it (every 10th step), and
-with the checkpoint callbacks the CLI adds; then the no-op under manual optimisation; last, fits of the
-no-op with and without ``DeepClustering.__setattr__``'s fast path for Lightning's hook-name writes,
-alternating. It is the floor under ``benchmarks/bench_fit.py``'s per-step ratio: Lightning's part of a
+with the checkpoint callbacks the CLI adds; last, the no-op under manual optimisation. It is the floor under ``benchmarks/bench_fit.py``'s per-step ratio: Lightning's part of a
 ~20 ms MNIST step.
 """
 
@@ -23,7 +21,6 @@ from lightning.pytorch.callbacks import ModelCheckpoint, TQDMProgressBar
 
 from lit_otclust.checkpointing import SignalCheckpoint
 from lit_otclust.data import EpochShuffleSampler, InMemoryDataset, ResumableLoader, passthrough
-from lit_otclust.system import DeepClustering
 
 
 class NoOp(L.LightningModule):
@@ -50,12 +47,6 @@ class ManualNoOp(NoOp):
         opt.zero_grad()
         self.manual_backward(self.w.sum() * 0.0)
         opt.step()
-
-
-class FastNameNoOp(NoOp):
-    """The no-op with the system's ``__setattr__``: Lightning's hook-name writes skip nn.Module's checks."""
-
-    __setattr__ = DeepClustering.__setattr__
 
 
 class EpochTimer(L.Callback):
@@ -89,7 +80,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=5, help="alternating fits for the __setattr__ comparison")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     ds = InMemoryDataset(torch.rand(70_000, 784), torch.zeros(70_000, dtype=torch.long))
@@ -106,14 +96,6 @@ def main() -> None:
         # would pull, at the price of Trainer features it disables (gradient_clip_val, accumulate_grad_batches).
         ms = fit_ms(ManualNoOp(), ds, args.epochs, root)
         print(f"{'Trainer.fit, manual optimisation:':36s} {ms:.2f} ms/step (best of {args.epochs} epochs)")
-        # The hook-name fast path of DeepClustering.__setattr__, against the plain no-op, alternating fits.
-        best: dict[str, list[float]] = {"plain": [], "fast": []}
-        for _ in range(args.rounds):
-            for name, module in (("plain", NoOp), ("fast", FastNameNoOp)):
-                best[name].append(fit_ms(module(), ds, args.epochs, root))
-        plain, fast = (sorted(best[k])[len(best[k]) // 2] for k in ("plain", "fast"))
-        print(f"{'no callbacks, plain __setattr__:':36s} {plain:.3f} ms/step (median of {args.rounds} fits' best epochs)")
-        print(f"{'no callbacks, hook-name fast path:':36s} {fast:.3f} ms/step, {1e3 * (plain - fast):.0f} us saved")
 
 
 if __name__ == "__main__":

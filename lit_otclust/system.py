@@ -26,7 +26,6 @@ from sklearn.cluster import KMeans
 from torch import Tensor, nn
 
 from lit_otclust.data import DEFAULT_EVAL_BATCH_SIZE
-from lit_otclust.graph_step import GraphedOTStep
 from lit_otclust.metrics import HungarianAccuracy
 from lit_otclust.ot import NonFiniteCostError, ot_clustering_loss, soft_kmeans_loss, squared_distances
 
@@ -95,9 +94,6 @@ class DeepClustering(L.LightningModule):
             (argmin_k ||z - mu_k||^2 - g_k with the cluster potential g averaged over training
             batches, which respects the prescribed proportions). Both are always logged; this
             picks the one behind ``val/acc``.
-        kmeans_n_init: deprecated and ignored (kept so older configs and checkpoints load): the
-            centers' k-means lives in :class:`~lit_otclust.callbacks.PhaseSwitch`, set by
-            ``phases.kmeans_n_init``.
         anneal_epochs, epsilon_start, reg_m_start: anneal the problem over the first
             ``anneal_epochs`` epochs of the joint phase, geometrically (per epoch) from
             ``epsilon_start`` to ``epsilon`` (a soft, DKM-style start) and from ``reg_m_start`` to
@@ -110,17 +106,6 @@ class DeepClustering(L.LightningModule):
             counted from the start of the joint phase (``PhaseSwitch`` restarts the schedule).
         centers_lr_scale: the centers' learning rate is ``lr * centers_lr_scale`` (the paper: 1).
         seed: seeds the k-means runs.
-        cuda_graph: the joint phase's step as :class:`lit_otclust.graph_step.GraphedOTStep`: the OT problem
-            solved without host synchronisation (:func:`lit_otclust.ot.sync_free_solve`: 3 Sinkhorn iterations
-            and 16 Newton trials over epsilon x 16, 4, 1 from the last batch's g, no stopping rule), and on CUDA
-            the forward, solve and backward captured once as a CUDA graph and replayed each step; Lightning's
-            optimizer step stays eager. For one GPU, where a step is bound by its ~700 kernel launches
-            (``benchmarks/README.md``); on a CPU it runs the same step eagerly, which is slower there (21.9-22.6
-            against 12.8-14.2 ms a MNIST step: ``benchmarks/results/bench_cuda_graph_cpu_2026-11-26.txt``), so
-            keep it off on CPUs. Balanced OT with the envelope gradient and no empty cluster only
-            (``clustering="ot"``, ``reg_m`` None, ``gradient="envelope"``, ``sinkhorn_solver="solve"``,
-            ``cost_scale="none"``, every proportion > 0), one process, no gradient accumulation.
-            Experimental: the capture inside ``fit`` is not yet measured on a GPU.
     """
 
     def __init__(
@@ -141,7 +126,6 @@ class DeepClustering(L.LightningModule):
         reg_m: float | None = None,
         cost_scale: Literal["none", "batch_mean"] = "none",
         assignment: Literal["distance", "potential"] = "distance",
-        kmeans_n_init: int | None = None,
         anneal_epochs: int = 0,
         epsilon_start: float | None = None,
         reg_m_start: float | None = None,
@@ -150,7 +134,6 @@ class DeepClustering(L.LightningModule):
         lr_decay_epochs: int = 50,
         lr_decay_gamma: float = 0.5,
         seed: int = 0,
-        cuda_graph: bool = False,
     ) -> None:
         super().__init__()
         if clustering not in ("ot", "soft_kmeans", "none"):
@@ -190,16 +173,6 @@ class DeepClustering(L.LightningModule):
                 raise ValueError(f"proportions must be finite, non-negative and sum to 1 (within 1e-6), got {list(proportions)}")
         # The autoencoder stays in hparams: under LightningCLI it is its class_path config, which
         # lets load_from_checkpoint rebuild it.
-        if cuda_graph:
-            unsupported = {"clustering": (clustering, "ot"), "reg_m": (reg_m, None), "reg_m_start": (reg_m_start, None),
-                           "gradient": (gradient, "envelope"), "sinkhorn_solver": (sinkhorn_solver, "solve"),
-                           "cost_scale": (cost_scale, "none")}
-            bad = [f"{k}={v!r}" for k, (v, ok) in unsupported.items() if v != ok]
-            if proportions is not None and min(proportions) <= 0:  # log 0 in the sync-free solve
-                bad.append(f"proportions={list(proportions)} (a cluster of size 0)")
-            if bad:
-                raise ValueError(f"cuda_graph=True replays balanced OT with the envelope gradient only; "
-                                 f"{', '.join(bad)} needs cuda_graph=False")
         self.save_hyperparameters()
         self.autoencoder = autoencoder
         p = autoencoder.latent_dim
@@ -239,18 +212,6 @@ class DeepClustering(L.LightningModule):
         self._eval_z: dict[int, list[tuple[Tensor, Tensor]]] = {}
         # The last evaluation's embeddings: set name -> (global step, (N,) sample indices, (N, p) embeddings).
         self.eval_embeddings: dict[str, tuple[int, Tensor, Tensor]] = {}
-        # cuda_graph: the replayable step (one per epsilon: the annealing changes it), and whether this step used it.
-        self._graph_step: GraphedOTStep | None = None
-        self._graphed = False
-
-    def __setattr__(self, name: str, value: object) -> None:
-        # Lightning names the running hook in `_current_fx_name` before and after every hook, ~50 times a
-        # training step; nn.Module's __setattr__ checks parameters, buffers and submodules each time, a
-        # plain write for a string. (nn.Module named explicitly: benchmarks reuse this on other modules.)
-        if name == "_current_fx_name":
-            object.__setattr__(self, name, value)
-        else:
-            nn.Module.__setattr__(self, name, value)
 
     @property
     def joint(self) -> bool:
@@ -280,13 +241,6 @@ class DeepClustering(L.LightningModule):
         return eps, reg_m
 
     def setup(self, stage: str) -> None:
-        if self.hparams.get("cuda_graph") and stage == "fit":
-            if self.trainer.world_size > 1:
-                raise ValueError("model.cuda_graph=True runs on one device: DDP's gradient all-reduce runs inside the "
-                                 "backward the graph replays; use cuda_graph=False with several devices")
-            if self.trainer.accumulate_grad_batches > 1:
-                raise ValueError("model.cuda_graph=True writes each step's gradients afresh, so "
-                                 "trainer.accumulate_grad_batches must be 1")
         if self.hparams.cost_scale == "batch_mean" and self.trainer.world_size > 1:
             raise ValueError("cost_scale='batch_mean' divides each rank's cost by its own batch mean, which makes the "
                              "ranks solve inconsistent problems under DDP; use cost_scale='none' with several devices")
@@ -367,38 +321,8 @@ class DeepClustering(L.LightningModule):
         rate = self.g_count.reciprocal().clamp_min(0.01)
         self.g_avg.mul_(1 - rate).add_(rate * g)
 
-    def _replayed_step(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, dict]:
-        """cuda_graph's step: (loss, recon, cluster, z, nearest, stats), the gradients already computed."""
-        epsilon, _ = self.schedule()
-        step = self._graph_step
-        # Rebuilt for a new epsilon, and after a move to another device (new buffers, and new parameter storage
-        # that a captured graph would not see).
-        if step is None or step.epsilon != epsilon or step.g is not self.g_last:
-            params = [p for p in self.parameters() if p.requires_grad]
-            step = self._graph_step = GraphedOTStep(
-                self.autoencoder, self.centers, self.proportions, self.g_last, params, self.reconstruction_loss,
-                epsilon=epsilon, weight=self.hparams.clustering_weight)
-        out = step(x)
-        self._graphed = True
-        self._average_potential(self.g_last)
-        stats = {"plan_moved": out["plan_moved"], "sinkhorn_iters": float(step.iters + step.trials),
-                 "sinkhorn_error": out["sinkhorn_error"],
-                 "sinkhorn_converged": (out["sinkhorn_error"] <= self.hparams.sinkhorn_tol).float(), "epsilon": epsilon}
-        return out["loss"], out["recon"], out["cluster"], out["z"], out["nearest"], stats
-
-    def backward(self, loss: Tensor, *args, **kwargs) -> None:
-        if self._graphed:  # the step ran its own backward; Lightning's zero_grad has since dropped the gradients
-            self._graph_step.attach_grads()
-            self._graphed = False
-        else:
-            super().backward(loss, *args, **kwargs)
-
     def training_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int) -> Tensor:
         x = batch[0]
-        if self.hparams.get("cuda_graph") and self.joint:
-            loss, recon, clust, z, nearest, stats = self._replayed_step(x)
-            self._update_train_acc(nearest, z, batch[1])
-            return self._finish_step(loss, recon, clust, stats)
         z, x_hat = self.autoencoder(x)
         recon = self.reconstruction_loss(x, x_hat)
         if self.joint and self.hparams.clustering != "none":

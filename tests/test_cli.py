@@ -316,25 +316,6 @@ def test_run_stopped_by_sigterm_resumes_to_the_uninterrupted_run(data_dir, tmp_p
         assert a[key] == b[key], key
 
 
-def test_a_cuda_graph_run_stopped_by_sigterm_resumes_to_the_uninterrupted_run(data_dir, tmp_path):
-    """The same with `--model.cuda_graph true` (on the CPU its step runs eagerly): its state (the warm start g, the
-    replayable step's buffers) is rebuilt from the checkpoint, so a run stopped in a joint epoch ends as the full one."""
-    extra = ["--model.cuda_graph", "true", "--trainer.logger", "false"]
-    full = fit(data_dir, tmp_path / "full", *extra).trainer.lightning_module.state_dict()
-    cut = tmp_path / "cut"
-    cli = OTClusterCLI(DeepClustering, L.LightningDataModule, subclass_mode_data=True, run=False,
-                       args=["--config", SMOKE, "--data.data_dir", str(data_dir), "--trainer.default_root_dir", str(cut),
-                             *extra])
-    cli.trainer.callbacks.append(SignalAt(2, 6))
-    with pytest.raises(SystemExit):
-        cli.trainer.fit(cli.model, datamodule=cli.datamodule)
-    resumed = fit(data_dir, cut, *extra, "--ckpt_path", "last").trainer
-    assert resumed.lightning_module._graph_step is not None and resumed.global_step == 30
-    state = resumed.lightning_module.state_dict()
-    for name, p in full.items():
-        torch.testing.assert_close(state[name], p, rtol=0, atol=0, msg=name)
-
-
 @pytest.mark.parametrize("fit_split", ["test", "all"])
 def test_heldout_scored_on_the_fitted_pass_equals_the_test_loop(data_dir, tmp_path, fit_split):
     """Where the held-out split is the fitted set's tail (fit_split "all" or "test", whole), validation embeds

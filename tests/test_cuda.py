@@ -3,16 +3,12 @@
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import pytest
 import torch
 
-from benchmarks.bench_gpu_graph import fixed_solve
-
 from lit_otclust.cli import main
-from lit_otclust.ot import ot_clustering_loss, sinkhorn, squared_distances, sync_free_solve
+from lit_otclust.ot import ot_clustering_loss, sinkhorn, squared_distances
 from test_cli import SMOKE, _offline  # noqa: F401 (the autouse fixture: W&B offline and silent)
 from _problems import _problem
 
@@ -35,39 +31,6 @@ def test_sinkhorn_and_its_gradient_on_the_gpu_equal_the_cpus():
         grads[device] = (loss.item(), zd.grad.cpu())
     assert np.isclose(grads["cuda"][0], grads["cpu"][0], rtol=1e-4)
     torch.testing.assert_close(grads["cuda"][1], grads["cpu"][1], rtol=1e-3, atol=1e-6)
-
-
-@pytest.mark.parametrize("name", ["damped", "batched"])
-def test_the_sync_free_solves_replay_as_one_cuda_graph(name):
-    """The solves the graphed step needs: captured (no host copy or sync inside: the batched one's first captures
-    failed on element writes of its constants), and a replay on a new problem copied into the captured input equals
-    the eager solve of it."""
-    solve = fixed_solve if name == "damped" else functools.partial(sync_free_solve, continuation=(16.0, 4.0, 1.0))
-    problems = []
-    for seed in (5, 6):
-        z, centers, a, b = _problem(300, 10, seed, p=10)
-        problems.append(squared_distances(z, centers).cuda())
-    a, b, g0 = a.cuda(), b.cuda(), torch.zeros(10, dtype=torch.float64, device="cuda")
-    library = torch.backends.cuda.preferred_linalg_library()
-    torch.backends.cuda.preferred_linalg_library("cusolver")  # as bench_gpu_graph captures: MAGMA's may sync
-    try:
-        eager = [solve(cost, a, b, g0, 0.01, 3, 16) for cost in problems]
-        cost = problems[0].clone()  # the graph's input: each replay reads whatever is copied into it
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            solve(cost, a, b, g0, 0.01, 3, 16)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            log_plan, g = solve(cost, a, b, g0, 0.01, 3, 16)
-    finally:
-        torch.backends.cuda.preferred_linalg_library(library)
-    for problem, (eager_log_plan, eager_g) in zip(problems[::-1], eager[::-1]):
-        cost.copy_(problem)
-        graph.replay()
-        torch.testing.assert_close(log_plan.exp(), eager_log_plan.exp(), rtol=0, atol=1e-12)  # entries <= 1/300
-        torch.testing.assert_close(g, eager_g, rtol=0, atol=1e-10)
 
 
 def _nccl_worker(rank: int, world_size: int, cost, b, z, centers):
@@ -107,31 +70,3 @@ def test_a_fit_on_one_gpu_with_the_data_on_the_device_trains_draws_and_predicts(
     main(["predict", *args, "--ckpt_path", str(tmp_path / "checkpoints" / "last.ckpt")])
     assert len((tmp_path / "predictions.csv").read_text().splitlines()) == 1 + len(cli.datamodule.fit_set)
 
-
-def test_a_fit_with_cuda_graph_replays_its_step_and_follows_the_eager_fit(data_dir):
-    """model.cuda_graph=True on one GPU: the joint step is captured after its warm-up and replayed; two epochs end
-    near the same fit with the step solved eagerly (the sync-free solve's rounding, the GPU's reductions)."""
-    import lightning as L
-
-    from lit_otclust.callbacks import PhaseSwitch
-    from lit_otclust.data import MNISTDataModule
-    from lit_otclust.models import MLPAutoencoder
-    from lit_otclust.system import DeepClustering
-
-    modules = []
-    for graph in (False, True):
-        torch.manual_seed(0)
-        module = DeepClustering(MLPAutoencoder(), num_clusters=10, clustering_weight=1 / 300, cuda_graph=graph)
-        dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", subset=3000, batch_size=300,
-                             on_device=True)
-        trainer = L.Trainer(max_epochs=2, limit_val_batches=0, logger=False, enable_checkpointing=False,
-                            callbacks=[PhaseSwitch(pretrain_epochs=0, kmeans_n_init=1)], enable_progress_bar=False,
-                            enable_model_summary=False, accelerator="gpu", devices=1)
-        trainer.fit(module, datamodule=dm)
-        assert trainer.global_step == 20
-        modules.append((module, trainer))
-    (eager, _), (replayed, trainer) = modules
-    assert replayed._graph_step.graph is not None  # captured, then replayed for the remaining steps
-    assert float(trainer.callback_metrics["train/sinkhorn_error"]) < 1e-3
-    for (name, p), q in zip(eager.named_parameters(), replayed.parameters()):
-        torch.testing.assert_close(q, p, rtol=1e-3, atol=1e-4, msg=lambda m: f"{name}: {m}")

@@ -227,21 +227,6 @@ def test_potential_assignment_shifts_by_g():
     assert module.assign(z, "potential").tolist() == [0, 0]
 
 
-def test_the_hook_name_fast_path_keeps_nn_modules_registration():
-    # DeepClustering.__setattr__ writes Lightning's _current_fx_name as a plain attribute; everything
-    # else must still go through nn.Module (parameters, buffers and submodules registered as before).
-    module = DeepClustering(MLPAutoencoder(latent_dim=2), num_clusters=3)
-    module._current_fx_name = "training_step"
-    assert module._current_fx_name == "training_step" and module.__dict__["_current_fx_name"] == "training_step"
-    module.extra = torch.nn.Parameter(torch.zeros(2))
-    module.head = torch.nn.Linear(2, 2)
-    module.register_buffer("count", torch.zeros(()))
-    module.count = torch.ones(())  # assigning a tensor to a buffer's name replaces the buffer
-    assert "extra" in module._parameters and "head" in module._modules and module._buffers["count"].item() == 1.0
-    assert "extra" not in module.__dict__ and "head" not in module.__dict__ and "count" not in module.__dict__
-    assert {"extra", "head.weight", "head.bias", "count"} <= set(module.state_dict())
-
-
 def test_kmeans_init_matches_sklearn_on_the_embeddings(data_dir, tmp_path):
     """PhaseSwitch's centers are sklearn's k-means++ on f(x) of every fitted sample (a second code path)."""
     L.seed_everything(0)
@@ -302,7 +287,7 @@ def test_switch_restarts_the_centers_adam_state_and_the_step_decay(data_dir):
     """At the switch the centers get a fresh Adam state and the step decay counts joint epochs only."""
     dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", subset=300, batch_size=100)
     module = DeepClustering(MLPAutoencoder(), num_clusters=10, lr_decay_epochs=1, lr_decay_gamma=0.5,
-                            kmeans_n_init=1, centers_lr_scale=4.0)
+                            centers_lr_scale=4.0)
     trainer = L.Trainer(max_epochs=3, limit_val_batches=0, logger=False, enable_checkpointing=False,
                         callbacks=[PhaseSwitch(pretrain_epochs=2, kmeans_n_init=1)], enable_progress_bar=False,
                         enable_model_summary=False)
@@ -399,7 +384,7 @@ def test_phase_settings_are_checked_before_the_first_step(data_dir):
 
 
 def test_a_checkpoint_of_another_config_names_the_setting(data_dir, tmp_path):
-    module = DeepClustering(MLPAutoencoder(), num_clusters=10, kmeans_n_init=1)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=10)
     trainer, dm = _tiny_fit(data_dir, module, PhaseSwitch(pretrain_epochs=0, kmeans_n_init=1), max_epochs=1)
     trainer.fit(module, datamodule=dm)
     trainer.save_checkpoint(tmp_path / "k10.ckpt")
