@@ -584,6 +584,34 @@ def _objective(plan: Tensor, log_plan: Tensor, cost: Tensor, epsilon: float) -> 
     return (cost * plan).sum() + epsilon * entropy.sum()
 
 
+def _transport_loss(cost: Tensor, proportions: Tensor | None, *, epsilon: float, gradient: str, max_iter: int,
+                    tol: float, reg_m: float | None, g_init: Tensor | None, distributed: bool, warn: bool,
+                    solver: str, iters: int) -> tuple[Tensor, SinkhornResult]:
+    """:func:`ot_clustering_loss`'s ``form="transport"`` on the cost (n, K): <pi, C> and the result."""
+    if distributed:
+        raise ValueError("form='transport' (model.ot_loss_form='transport') needs the whole batch in one process for "
+                         "its differentiable iterations; use form='value' with distributed=True")
+    if reg_m is not None:
+        raise ValueError(f"form='transport' is balanced OT: it takes no reg_m (got {reg_m!r}); use form='value'")
+    if gradient != "envelope":
+        raise ValueError("form='transport' differentiates through its own transport_iters iterations; "
+                         "gradient='unrolled' is for form='value'")
+    if iters < 1:
+        raise ValueError(f"`transport_iters` must be >= 1, got {iters}")
+    fixed = cost.detach()
+    if solver == "algorithm1":
+        res = sinkhorn_algorithm1(fixed, proportions, epsilon=epsilon, n_iter=max_iter)
+    elif solver == "fixed":
+        res = sinkhorn_fixed(fixed, proportions, g_init, epsilon=epsilon, n_iter=max_iter)
+    else:
+        res = sinkhorn(fixed, None, proportions, epsilon=epsilon, max_iter=max_iter, tol=tol, g_init=g_init, warn=warn)
+    # Autograd sees the T iterations and C, with their start g held fixed: the true gradient once the iterations
+    # have forgotten where they started (Sinkhorn contracts, so T large enough at a given epsilon).
+    pi = sinkhorn_fixed(cost, proportions, res.g, epsilon=epsilon, n_iter=iters)
+    loss = (pi.plan * cost).sum()
+    return loss, res._replace(plan=pi.plan.detach(), f=pi.f.detach(), g=pi.g.detach(), n_iter=res.n_iter + iters)
+
+
 @_full_precision
 def ot_clustering_loss(
     z: Tensor,
@@ -599,6 +627,8 @@ def ot_clustering_loss(
     distributed: bool = False,
     warn: bool = True,
     solver: str = "solve",
+    form: str = "value",
+    transport_iters: int = 20,
 ) -> tuple[Tensor, SinkhornResult]:
     r"""The paper's clustering loss :math:`\ell_c^{OT_\epsilon}`, the value of (OT_eps) at the Sinkhorn plan.
 
@@ -608,6 +638,18 @@ def ot_clustering_loss(
 
     with :math:`P^*` from :func:`sinkhorn` between :math:`a = \mathbf{1}_n / n` and :math:`b = w`; rows sum
     to 1/n, so the loss is on the scale of a per-sample mean squared distance.
+
+    ``form="transport"``: the "sharp" Sinkhorn loss, the transport cost alone without the entropy term,
+
+    .. math::
+        \ell = \sum_{ik} \|z_i - \mu_k\|^2 \pi_{ik}, \quad \pi = \exp((f + g - C) / \epsilon)
+        \text{ after } T \text{ iterations } f \leftarrow \epsilon(\log a - \mathrm{LSE}_k \tfrac{g - C}{\epsilon}),\;
+        g \leftarrow \epsilon(\log w - \mathrm{LSE}_i \tfrac{f - C}{\epsilon}),
+
+    with :math:`T` = ``transport_iters``, started from the g of the configured ``solver`` (run without autograd)
+    and differentiated by autograd through the T iterations and C (:func:`sinkhorn_fixed` on the attached cost;
+    Genevay, Peyre & Cuturi 2018, whom the paper cites for backpropagating through Sinkhorn). The column update
+    comes last, so :math:`\pi`'s cluster sizes are exactly w. Balanced, single process.
 
     Args:
         z: (n, p) embeddings. centers: (K, p) cluster centers :math:`\mu`.
@@ -622,16 +664,26 @@ def ot_clustering_loss(
             ``"algorithm1"``: :func:`sinkhorn_algorithm1`, the paper's Algorithm 1 with ``n_iter = max_iter``
             from a cold start, columns exact and rows loose; balanced, single process (``tol``, ``g_init``
             unused). Its plan is a minimiser only once converged, so its ``"envelope"`` gradient is approximate.
+        form: ``"value"`` (default, the objective above) or ``"transport"`` (:math:`\langle \pi, C\rangle`, above).
+        transport_iters: T, the differentiable iterations of ``form="transport"``, >= 1.
 
     Returns:
         The scalar loss (with ``distributed``: this rank's share, summing over ranks to the global loss)
-        and the :class:`SinkhornResult`, with the plan detached.
+        and the :class:`SinkhornResult`, with the plan detached. With ``form="transport"`` its ``plan``, ``f`` and
+        ``g`` are :math:`\pi`'s, ``n_iter`` counts the solve's iterations and the T, and ``marginal_error`` and
+        ``converged`` report the solve.
     """
     if gradient not in ("envelope", "unrolled"):
         raise ValueError(f"`gradient` must be 'envelope' or 'unrolled', got {gradient!r}")
     if solver not in ("fixed", "solve", "algorithm1"):
         raise ValueError(f"`solver` must be 'fixed', 'solve' or 'algorithm1', got {solver!r}")
+    if form not in ("value", "transport"):
+        raise ValueError(f"`form` must be 'value' or 'transport', got {form!r}")
     cost = squared_distances(z, centers)  # (n, K)
+    if form == "transport":
+        return _transport_loss(cost, proportions, epsilon=epsilon, gradient=gradient, max_iter=max_iter, tol=tol,
+                               reg_m=reg_m, g_init=g_init, distributed=distributed, warn=warn, solver=solver,
+                               iters=transport_iters)
     if solver == "fixed" and gradient == "unrolled" and distributed and _Group(True).active:
         raise ValueError("gradient='unrolled' is not supported with distributed=True; use 'envelope'")
     if solver == "algorithm1":

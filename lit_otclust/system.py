@@ -83,6 +83,11 @@ class DeepClustering(L.LightningModule):
             the cluster sizes of each batch's plan are exact and its rows loose
             (:func:`lit_otclust.ot.sinkhorn_algorithm1`); balanced and single-process only. Its rows' error is
             logged as ``train/sinkhorn_error`` and not warned about.
+        ot_loss_form: ``"value"`` (default: the paper's loss, the entropic objective at the plan, with the
+            ``gradient`` above) or ``"transport"`` (the "sharp" loss <pi, C> without the entropy term, pi after
+            ``transport_iters`` log-domain Sinkhorn iterations warm-started from the solved g and differentiated by
+            autograd; balanced and single-process only): see :func:`lit_otclust.ot.ot_clustering_loss`'s ``form``.
+        transport_iters: the differentiable iterations of ``ot_loss_form="transport"``.
         reg_m: unbalanced OT strength tau (None: balanced, the paper).
         cost_scale: ``"none"`` (the paper: C_ik = ||z_i - mu_k||^2) or ``"batch_mean"``
             (C / mean(C) over the batch, so epsilon is relative to the typical distance). Our
@@ -123,6 +128,8 @@ class DeepClustering(L.LightningModule):
         sinkhorn_tol: float = 1e-5,
         sinkhorn_solver: Literal["fixed", "solve", "algorithm1"] = "solve",
         sinkhorn_iters: int = 10,
+        ot_loss_form: Literal["value", "transport"] = "value",
+        transport_iters: int = 20,
         reg_m: float | None = None,
         cost_scale: Literal["none", "batch_mean"] = "none",
         assignment: Literal["distance", "potential"] = "distance",
@@ -146,6 +153,13 @@ class DeepClustering(L.LightningModule):
             raise ValueError(f"sinkhorn_solver must be 'fixed', 'solve' or 'algorithm1', got {sinkhorn_solver!r}")
         if sinkhorn_iters < 1:
             raise ValueError(f"sinkhorn_iters must be >= 1, got {sinkhorn_iters}")
+        if ot_loss_form not in ("value", "transport"):
+            raise ValueError(f"ot_loss_form must be 'value' or 'transport', got {ot_loss_form!r}")
+        if transport_iters < 1:
+            raise ValueError(f"transport_iters must be >= 1, got {transport_iters}")
+        if ot_loss_form == "transport" and (reg_m is not None or reg_m_start is not None or gradient != "envelope"):
+            raise ValueError("ot_loss_form='transport' is balanced and differentiates through its own transport_iters "
+                             "iterations: it takes no reg_m or reg_m_start, and gradient must stay 'envelope'")
         if soft_kmeans_form not in ("softmin", "expected"):
             raise ValueError(f"soft_kmeans_form must be 'softmin' or 'expected', got {soft_kmeans_form!r}")
         if sinkhorn_solver == "algorithm1" and (reg_m is not None or reg_m_start is not None):
@@ -241,6 +255,9 @@ class DeepClustering(L.LightningModule):
         return eps, reg_m
 
     def setup(self, stage: str) -> None:
+        if self.hparams.ot_loss_form == "transport" and self.trainer.world_size > 1:
+            raise ValueError("model.ot_loss_form='transport' runs in one process (its differentiable Sinkhorn "
+                             "iterations need the whole batch); use model.ot_loss_form='value' with several devices")
         if self.hparams.cost_scale == "batch_mean" and self.trainer.world_size > 1:
             raise ValueError("cost_scale='batch_mean' divides each rank's cost by its own batch mean, which makes the "
                              "ranks solve inconsistent problems under DDP; use cost_scale='none' with several devices")
@@ -284,7 +301,7 @@ class DeepClustering(L.LightningModule):
             max_iter=hp.sinkhorn_iters if hp.sinkhorn_solver == "fixed" else hp.sinkhorn_max_iter,
             tol=hp.sinkhorn_tol, reg_m=reg_m, g_init=warm,
             distributed=world > 1, warn=False,  # counted per epoch and warned about once per run instead
-            solver=hp.sinkhorn_solver,
+            solver=hp.sinkhorn_solver, form=hp.ot_loss_form, transport_iters=hp.transport_iters,
         )
         if not res.converged and hp.sinkhorn_solver == "solve":  # Algorithm 1 stops at n_iter by design
             self._unconverged += 1
