@@ -5,7 +5,7 @@
 The reference that ``benchmarks/bench_fit.py`` times the framework against: the same autoencoder
 (``lit_otclust.models``), the same k-means init of the centers (sklearn, 10 restarts, on the
 untrained embeddings of all fitted images), batches of 300 in a seeded random order, Adam at
-1e-3, the same clustering loss (``lit_otclust.ot.ot_clustering_loss``, tolerance 1e-5, warm start
+1e-3, the same clustering loss (``lit_otclust.losses.ot_clustering_loss``, tolerance 1e-5, warm start
 from the previous batch's g), and after each epoch the Hungarian accuracy of both assignment
 rules on all fitted images and on the 10k test split. No Lightning, no logging, no checkpoints.
 Prints one JSON line: seconds of training, of evaluation, per step, the last accuracies, and the seconds from
@@ -26,8 +26,9 @@ import torchvision
 from scipy.optimize import linear_sum_assignment
 from sklearn.cluster import KMeans
 
+from lit_otclust.losses import ot_clustering_loss
 from lit_otclust.models import ConvAutoencoder, MLPAutoencoder
-from lit_otclust.ot import ot_clustering_loss, squared_distances
+from lit_otclust.sinkhorn import squared_distances
 
 # Seconds since the parent started this process (``BENCH_T0``, its time.time() at the spawn), for the phases that
 # benchmarks/bench_timeline.py prints; since this module's import when run alone.

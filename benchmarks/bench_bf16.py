@@ -3,7 +3,7 @@
     python -m benchmarks.bench_bf16 --data-dir ../shared/data [--dataset mnist] [--epochs 2] [--pairs 3] [OVERRIDES]
 
 bfloat16 mixed precision runs the autoencoder's matrix products and convolutions in bfloat16 (the OT loss, the
-evaluation's assignments and the pictures stay in float32: ``lit_otclust.ot._full_precision``). CPUs with AMX or
+evaluation's assignments and the pictures stay in float32: ``lit_otclust.sinkhorn._full_precision``). CPUs with AMX or
 AVX512-BF16 (Intel Sapphire Rapids and later) and GPUs with tensor cores run those several times faster. This runs
 ``python -m lit_otclust fit --config configs/<dataset>_ot.yaml`` as a user runs it (loggers, checkpoints, pictures),
 once in each precision per pair, alternating which goes first, and prints per run and as medians: ms a training step

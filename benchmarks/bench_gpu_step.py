@@ -21,8 +21,8 @@ from sklearn.cluster import KMeans
 from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.bare_loop import load, train_steps
+from lit_otclust.losses import ot_clustering_loss
 from lit_otclust.models import MLPAutoencoder
-from lit_otclust.ot import ot_clustering_loss
 
 
 def main() -> None:

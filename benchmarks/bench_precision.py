@@ -15,7 +15,7 @@ import warnings
 
 import torch
 
-from lit_otclust.ot import sinkhorn, squared_distances
+from lit_otclust.sinkhorn import sinkhorn, squared_distances
 
 
 def main() -> None:

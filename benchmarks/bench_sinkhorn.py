@@ -1,4 +1,4 @@
-"""Time per solve of ``lit_otclust.ot.sinkhorn`` against POT's log-domain Sinkhorn on the torch backend.
+"""Time per solve of ``lit_otclust.sinkhorn.sinkhorn`` against POT's log-domain Sinkhorn on the torch backend.
 
 Costs are unnormalised squared distances between random 10-d embeddings and centers (as in the paper),
 uniform weights, float64. Both solvers get the same stopping threshold; POT's is on the L2 column error
@@ -18,7 +18,7 @@ import warnings
 import ot as pot
 import torch
 
-from lit_otclust.ot import sinkhorn, squared_distances
+from lit_otclust.sinkhorn import sinkhorn, squared_distances
 
 SIZES = [(300, 10), (3000, 10), (3000, 100), (10000, 1000)]
 

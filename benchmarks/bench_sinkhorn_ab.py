@@ -1,13 +1,15 @@
-"""Two versions of ``ot_clustering_loss`` on one device, alternating blocks in one process: a code change's A/B.
+"""``ot_clustering_loss`` on two versions of the solver, on one device, alternating blocks in one process: a
+solver change's A/B.
 
-    git show REV:lit_otclust/ot.py > /tmp/ot_old.py
-    python -m benchmarks.bench_sinkhorn_ab --old /tmp/ot_old.py [--device cuda] [--noise 0.05]
+    git show REV:lit_otclust/sinkhorn.py > /tmp/sinkhorn_old.py
+    python -m benchmarks.bench_sinkhorn_ab --old /tmp/sinkhorn_old.py [--device cuda] [--noise 0.05]
 
-``--old`` is a copy of ``lit_otclust/ot.py`` from another revision (it imports only torch); the working tree's is
-"new". The problem looks like late training: 300 points around 10 centers in 10-d, epsilon 1e-2, tol 1e-5, warm
-``g``, each call on freshly jittered points (``--noise``). Prints the median ms of a loss and its backward over
-12 blocks of 20 calls, the median ratio of paired blocks, and on CUDA the host syncs, kernel launches and copies
-a call (``torch.profiler``).
+``--old`` is a copy of ``lit_otclust/sinkhorn.py`` (``lit_otclust/ot.py`` before the solver and the losses were two
+files) from another revision (it imports only torch): its solvers replace the working tree's ("new") inside
+``lit_otclust.losses``. The problem looks like late training: 300 points around 10 centers in 10-d, epsilon 1e-2,
+tol 1e-5, warm ``g``, each call on freshly jittered points (``--noise``). Prints the median ms of a loss and its
+backward over 12 blocks of 20 calls, the median ratio of paired blocks, and on CUDA the host syncs, kernel launches
+and copies a call (``torch.profiler``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from collections.abc import Callable
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from lit_otclust import ot as new
+from lit_otclust import losses, sinkhorn as new
+
+SOLVERS = ("squared_distances", "sinkhorn", "sinkhorn_fixed", "sinkhorn_algorithm1")  # what losses calls
 
 
 def problem(device: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -31,7 +35,7 @@ def problem(device: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torc
     centers = torch.randn(10, 10, device=device).requires_grad_()
     z = (centers.detach()[torch.arange(300) % 10] + torch.randn(300, 10, device=device)).requires_grad_()
     w = torch.full((10,), 0.1, device=device)
-    return z, centers, w, new.ot_clustering_loss(z, centers, w, epsilon=0.01, tol=1e-5)[1].g
+    return z, centers, w, losses.ot_clustering_loss(z, centers, w, epsilon=0.01, tol=1e-5)[1].g
 
 
 def compare(calls: dict[str, Callable[[], object]], sync: Callable[[], None], device: str, blocks: int = 12,
@@ -65,7 +69,7 @@ def compare(calls: dict[str, Callable[[], object]], sync: Callable[[], None], de
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--old", required=True, help="path of the other revision's lit_otclust/ot.py")
+    parser.add_argument("--old", required=True, help="path of the other revision's lit_otclust/sinkhorn.py")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--noise", type=float, default=0.05)
     args = parser.parse_args()
@@ -78,8 +82,10 @@ def main() -> None:
     iters = []
 
     def call(mod) -> None:
-        loss, res = mod.ot_clustering_loss(z + args.noise * torch.randn_like(z), centers, w, epsilon=0.01, tol=1e-5,
-                                           g_init=g0)
+        for name in SOLVERS:  # an older revision may lack one: the working tree's stays
+            setattr(losses, name, getattr(mod, name, getattr(new, name)))
+        loss, res = losses.ot_clustering_loss(z + args.noise * torch.randn_like(z), centers, w, epsilon=0.01,
+                                              tol=1e-5, g_init=g0)
         loss.backward()
         iters.append(res.n_iter)
 

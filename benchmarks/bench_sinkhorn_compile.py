@@ -4,7 +4,7 @@ iterations) worth fusing?
 
     python -m benchmarks.bench_sinkhorn_compile [--device cuda] [--noise 0.05]
 
-``lit_otclust.ot._sinkhorn_inplace`` (the ``check_every`` iterations before the Newton finish) is swapped for its
+``lit_otclust.sinkhorn._sinkhorn_inplace`` (the ``check_every`` iterations before the Newton finish) is swapped for its
 ``torch.compile`` (inductor, ``dynamic=False``); the block's one host sync stays a graph break. The problem is
 ``bench_sinkhorn_ab``'s (300 points, 10 centers in 10-d, epsilon 1e-2, tol 1e-5, warm g, jittered points each call).
 Prints the compile time, the largest difference of the loss and of the plan between the two (the same arithmetic,
@@ -20,7 +20,7 @@ import time
 import torch
 
 from benchmarks.bench_sinkhorn_ab import compare, problem
-from lit_otclust import ot
+from lit_otclust import losses, sinkhorn
 
 
 def main() -> None:
@@ -32,15 +32,15 @@ def main() -> None:
     dev = args.device
     sync = torch.cuda.synchronize if dev.startswith("cuda") else (lambda: None)
     z, centers, w, g0 = problem(dev)
-    eager, compiled = ot._sinkhorn_inplace, torch.compile(ot._sinkhorn_inplace, dynamic=False)
+    eager, compiled = sinkhorn._sinkhorn_inplace, torch.compile(sinkhorn._sinkhorn_inplace, dynamic=False)
 
     def call(block, zz: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        ot._sinkhorn_inplace = block
+        sinkhorn._sinkhorn_inplace = block
         try:
-            loss, res = ot.ot_clustering_loss(zz, centers, w, epsilon=0.01, tol=1e-5, g_init=g0)
+            loss, res = losses.ot_clustering_loss(zz, centers, w, epsilon=0.01, tol=1e-5, g_init=g0)
             loss.backward()
         finally:
-            ot._sinkhorn_inplace = eager
+            sinkhorn._sinkhorn_inplace = eager
         return loss.detach(), res.plan
 
     zz = z + args.noise * torch.randn_like(z)

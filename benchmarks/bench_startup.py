@@ -35,7 +35,7 @@ import time
 
 from benchmarks.bench_fit import REPO
 
-BARE = "import torch, torchvision, numpy, scipy.optimize, sklearn.cluster, lit_otclust.models, lit_otclust.ot"
+BARE = "import torch, torchvision, numpy, scipy.optimize, sklearn.cluster, lit_otclust.models, lit_otclust.losses"
 FIT = (BARE + "; import lit_otclust.cli, lit_otclust.figures, lit_otclust.system, lit_otclust.data, "
        "lit_otclust.callbacks, wandb, matplotlib.pyplot")
 OFF = "import gc; gc.disable(); "

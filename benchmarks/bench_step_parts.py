@@ -37,9 +37,10 @@ import torch
 
 from benchmarks.bare_loop import train_steps
 from lit_otclust.cli import skip_nvml_check_without_gpus
+from lit_otclust.clustering import kmeans
 from lit_otclust.data import MNISTDataModule
 from lit_otclust.models import MLPAutoencoder
-from lit_otclust.system import DeepClustering, kmeans
+from lit_otclust.system import DeepClustering
 from torch.utils._python_dispatch import TorchDispatchMode
 
 BLOCK, BATCH = 20, 300

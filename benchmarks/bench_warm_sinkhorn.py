@@ -21,7 +21,7 @@ import time
 import torch
 
 from lit_otclust.data import MNISTDataModule
-from lit_otclust.ot import sinkhorn, squared_distances
+from lit_otclust.sinkhorn import sinkhorn, squared_distances
 from lit_otclust.system import DeepClustering
 
 

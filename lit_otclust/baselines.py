@@ -13,10 +13,10 @@ from pathlib import Path
 
 from jsonargparse import CLI
 
+from lit_otclust.clustering import kmeans
 from lit_otclust.data import CIFAR10DataModule, MNISTDataModule
 from lit_otclust.metrics import hungarian_accuracy
-from lit_otclust.ot import squared_distances
-from lit_otclust.system import kmeans
+from lit_otclust.sinkhorn import squared_distances
 
 DATA_MODULES = {"mnist": MNISTDataModule, "cifar10": CIFAR10DataModule}
 

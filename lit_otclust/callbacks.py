@@ -12,10 +12,10 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
-from lit_otclust.matching import labelled_examples, match_labels, match_sizes
+from lit_otclust.clustering import embed_samples, kmeans, labelled_examples, match_labels, match_sizes
+from lit_otclust.data import eval_batch_size
 from lit_otclust.metrics import hungarian_accuracy
-from lit_otclust.ot import squared_distances
-from lit_otclust.system import embed_samples, kmeans
+from lit_otclust.sinkhorn import squared_distances
 
 MATCHINGS = ("none", "sizes", "labels")
 
@@ -32,7 +32,7 @@ class PhaseSwitch(L.Callback):
 
     Which center carries which proportion: the OT loss gives center k the mass
     ``model.proportions[k]``, and k-means returns its centers in no particular order. With a
-    non-uniform w, ``match_proportions`` reorders them after k-means (:mod:`lit_otclust.matching`):
+    non-uniform w, ``match_proportions`` reorders them after k-means (:mod:`lit_otclust.clustering`):
 
     - ``"sizes"`` (default): the k-means cluster sizes are matched to w (Hungarian algorithm on the
       squared differences: the largest cluster carries the largest w, and so on down). Needs no
@@ -186,7 +186,7 @@ class PhaseSwitch(L.Callback):
         was_training = pl_module.training
         pl_module.eval()
         x = trainer.datamodule.fit_set.x  # (N, *input_shape): the fitted samples, in memory
-        z = embed_samples(pl_module, x, trainer.datamodule)
+        z = embed_samples(pl_module, x, eval_batch_size(trainer.datamodule))
         pl_module.train(was_training)
         if trainer.is_global_zero:
             K, p = pl_module.centers.shape

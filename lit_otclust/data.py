@@ -332,6 +332,12 @@ def random_indices(num_samples: int, size: int, seed: int) -> Tensor:
 DEFAULT_EVAL_BATCH_SIZE = 500  # evaluation batches of a data set of unknown shape (see _InMemoryDataModule)
 
 
+def eval_batch_size(datamodule: object) -> int:
+    """The data module's evaluation batch (``eval_batch_size``, the data set's fastest), ``DEFAULT_EVAL_BATCH_SIZE``
+    for one without: the embedding passes of the k-means init and the pictures run in these batches."""
+    return getattr(datamodule, "eval_batch_size", DEFAULT_EVAL_BATCH_SIZE)
+
+
 class _InMemoryDataModule(L.LightningDataModule):
     """What every data module here shares: samples held as tensors, seeded subsets, the loaders.
 

@@ -34,9 +34,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from lit_otclust.clustering import embed_samples
+from lit_otclust.data import eval_batch_size
 from lit_otclust.metrics import hungarian_accuracy
-from lit_otclust.ot import SinkhornResult, sinkhorn, squared_distances
-from lit_otclust.system import embed_samples
+from lit_otclust.sinkhorn import SinkhornResult, sinkhorn, squared_distances
 
 __all__ = ["display_images", "matched_confusion", "confusion_csv", "read_confusion_csv", "nearest_to_centers",
            "pca_2d", "batch_plan", "gallery_figure", "confusion_figure", "embedding_figure", "sizes_figure",
@@ -456,7 +457,7 @@ class ClusterFigures(L.Callback):
                 # On the module's device: at fit end Lightning's teardown has moved the module back to the CPU,
                 # while the evaluation left these on the GPU (a GPU fit's final pictures crashed on that).
                 return torch.empty_like(z).index_copy_(0, index, z).to(pl_module.device)
-        return embed_samples(pl_module, x, pl_module.trainer.datamodule)
+        return embed_samples(pl_module, x, eval_batch_size(pl_module.trainer.datamodule))
 
     def _sizes(self, pl_module: L.LightningModule, x: Tensor, num_clusters: int) -> Tensor:
         return torch.bincount(pl_module.assign(self._embed(pl_module, x, "heldout")).cpu(), minlength=num_clusters)

@@ -22,33 +22,15 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_info
-from sklearn.cluster import KMeans
 from torch import Tensor, nn
 
-from lit_otclust.data import DEFAULT_EVAL_BATCH_SIZE
+from lit_otclust.losses import ot_clustering_loss, soft_kmeans_loss
 from lit_otclust.metrics import HungarianAccuracy
-from lit_otclust.ot import NonFiniteCostError, ot_clustering_loss, soft_kmeans_loss, squared_distances
+from lit_otclust.sinkhorn import NonFiniteCostError, squared_distances
 
 Clustering = Literal["ot", "soft_kmeans", "none"]
 EVAL_SETS = ("val", "heldout")  # dataloader 0: the fitted samples; 1: the held-out test split
 BALANCED_TAU = 1e4  # reg_m annealing towards balanced ends at tau = BALANCED_TAU * epsilon
-
-
-@torch.no_grad()
-def embed_samples(module: L.LightningModule, x: Tensor, datamodule: object) -> Tensor:
-    """(N, p) embeddings ``module.embed(x)`` of in-memory samples x (N, *input_shape), on the module's device, in
-    the data module's evaluation batches (``eval_batch_size``, the data set's fastest; a data module without one:
-    ``DEFAULT_EVAL_BATCH_SIZE``). The k-means init and the pictures embed every fitted sample this way.
-    The batches take the module's dtype as Lightning's own batches do (``trainer.precision=64-true``: float64)."""
-    chunk = getattr(datamodule, "eval_batch_size", DEFAULT_EVAL_BATCH_SIZE)
-    return torch.cat([module.embed(xb.to(module.device, module.dtype)) for xb in x.split(chunk)])
-
-
-def kmeans(z: Tensor, num_clusters: int, n_init: int, seed: int) -> Tensor:
-    """k-means++ with ``n_init`` restarts (sklearn), returns the centers (K, p) as float32."""
-    km = KMeans(n_clusters=num_clusters, n_init=n_init, random_state=seed, init="k-means++")
-    km.fit(z.detach().double().cpu().numpy())
-    return torch.as_tensor(km.cluster_centers_, dtype=torch.float32)
 
 
 class DeepClustering(L.LightningModule):
@@ -69,24 +51,24 @@ class DeepClustering(L.LightningModule):
             batch (the paper's l_r^ae up to the 1/m of a mini-batch mean, the same averaging as
             the OT term, whose plan carries weight 1/m per point); ``"mse"``: also averaged over
             pixels, which shrinks l_r by the input dimension d relative to l_c.
-        gradient: ``"envelope"`` or ``"unrolled"`` (see :func:`lit_otclust.ot.ot_clustering_loss`).
+        gradient: ``"envelope"`` or ``"unrolled"`` (see :func:`lit_otclust.losses.ot_clustering_loss`).
         sinkhorn_max_iter / sinkhorn_tol: the Sinkhorn stopping rule.
         soft_kmeans_form: with ``clustering="soft_kmeans"``, ``"softmin"`` (default: the entropic value of Prop. 2,
             the OT loss without the size constraint) or ``"expected"`` (DKM's own loss, the expected distance under
-            the soft assignment): see :func:`lit_otclust.ot.soft_kmeans_loss`.
+            the soft assignment): see :func:`lit_otclust.losses.soft_kmeans_loss`.
         sinkhorn_solver: ``"fixed"``: ``sinkhorn_iters`` log-domain iterations warm-started from the previous batch's
             potential, ending on the column update (exact cluster sizes, loose rows), with no host read
-            (:func:`lit_otclust.ot.sinkhorn_fixed`); its rows' error is logged as ``train/sinkhorn_error``.
+            (:func:`lit_otclust.sinkhorn.sinkhorn_fixed`); its rows' error is logged as ``train/sinkhorn_error``.
             ``"solve"`` (default): log-domain Sinkhorn + Newton, warm-started from the previous
-            batch's potential and solved to ``sinkhorn_tol`` (:func:`lit_otclust.ot.sinkhorn`). ``"algorithm1"``:
+            batch's potential and solved to ``sinkhorn_tol`` (:func:`lit_otclust.sinkhorn.sinkhorn`). ``"algorithm1"``:
             the paper's Algorithm 1 as written, exactly ``sinkhorn_max_iter`` iterations from a cold start, so
             the cluster sizes of each batch's plan are exact and its rows loose
-            (:func:`lit_otclust.ot.sinkhorn_algorithm1`); balanced and single-process only. Its rows' error is
+            (:func:`lit_otclust.sinkhorn.sinkhorn_algorithm1`); balanced and single-process only. Its rows' error is
             logged as ``train/sinkhorn_error`` and not warned about.
         ot_loss_form: ``"value"`` (default: the paper's loss, the entropic objective at the plan, with the
             ``gradient`` above) or ``"transport"`` (the "sharp" loss <pi, C> without the entropy term, pi after
             ``transport_iters`` log-domain Sinkhorn iterations warm-started from the solved g and differentiated by
-            autograd; balanced and single-process only): see :func:`lit_otclust.ot.ot_clustering_loss`'s ``form``.
+            autograd; balanced and single-process only): see :func:`lit_otclust.losses.ot_clustering_loss`'s ``form``.
         transport_iters: the differentiable iterations of ``ot_loss_form="transport"``.
         reg_m: unbalanced OT strength tau (None: balanced, the paper).
         cost_scale: ``"none"`` (the paper: C_ik = ||z_i - mu_k||^2) or ``"batch_mean"``

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from lit_otclust.cli import main
-from lit_otclust.ot import ot_clustering_loss, sinkhorn, squared_distances
+from lit_otclust.losses import ot_clustering_loss
+from lit_otclust.sinkhorn import sinkhorn, squared_distances
 from test_cli import SMOKE, _offline  # noqa: F401 (the autouse fixture: W&B offline and silent)
 from _problems import _problem
 

@@ -8,7 +8,8 @@ import ot as pot
 import pytest
 import torch
 
-from lit_otclust.ot import ot_clustering_loss, sinkhorn, sinkhorn_fixed, soft_kmeans_loss, squared_distances
+from lit_otclust.losses import ot_clustering_loss, soft_kmeans_loss
+from lit_otclust.sinkhorn import sinkhorn, sinkhorn_fixed, squared_distances
 from _problems import _problem
 
 

@@ -15,10 +15,10 @@ import torchvision
 
 from lit_otclust import experiments
 from lit_otclust.callbacks import PhaseSwitch
+from lit_otclust.clustering import kmeans, labelled_examples, match_labels, match_sizes
 from lit_otclust.data import MNISTDataModule, geometric_proportions
-from lit_otclust.matching import labelled_examples, match_labels, match_sizes
 from lit_otclust.models import MLPAutoencoder
-from lit_otclust.system import DeepClustering, kmeans
+from lit_otclust.system import DeepClustering
 
 REPO = Path(__file__).resolve().parents[1]
 

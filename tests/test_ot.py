@@ -12,7 +12,8 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from lit_otclust.ot import ot_clustering_loss, sinkhorn, sinkhorn_algorithm1, soft_kmeans_loss, squared_distances
+from lit_otclust.losses import ot_clustering_loss, soft_kmeans_loss
+from lit_otclust.sinkhorn import sinkhorn, sinkhorn_algorithm1, squared_distances
 from _problems import _problem
 
 
@@ -339,9 +340,9 @@ def test_every_collective_gets_tensors_on_the_cost_device():
 def test_the_docstring_examples_run():
     import doctest
 
-    import lit_otclust.ot
+    import lit_otclust.sinkhorn
 
-    result = doctest.testmod(lit_otclust.ot)
+    result = doctest.testmod(lit_otclust.sinkhorn)
     assert result.attempted > 0 and result.failed == 0
 
 

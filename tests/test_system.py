@@ -11,7 +11,7 @@ from sklearn.cluster import KMeans
 from lit_otclust.callbacks import PhaseSwitch
 from lit_otclust.data import MNISTDataModule
 from lit_otclust.models import ConvAutoencoder, MLPAutoencoder
-from lit_otclust.ot import ot_clustering_loss, soft_kmeans_loss
+from lit_otclust.losses import ot_clustering_loss, soft_kmeans_loss
 from lit_otclust.system import DeepClustering
 
 

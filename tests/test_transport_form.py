@@ -10,12 +10,12 @@ import torch
 from scipy.spatial.distance import cdist
 
 from lit_otclust.models import MLPAutoencoder
-from lit_otclust.ot import ot_clustering_loss
+from lit_otclust.losses import ot_clustering_loss
 from lit_otclust.system import DeepClustering
 from _problems import _problem
 
 
-def _pots_plan(z: torch.Tensor, centers: torch.Tensor, b: torch.Tensor, epsilon: float) -> tuple[np.ndarray, np.ndarray]:
+def _pots_plan(z: torch.Tensor, centers: torch.Tensor, b: torch.Tensor, epsilon: float) -> tuple[np.ndarray, ...]:
     """POT's converged plan (n, K) and the cost (n, K) it was solved on, computed by scipy, not by our code."""
     cost = cdist(z.detach().numpy(), centers.detach().numpy(), "sqeuclidean")
     uniform = np.full(len(cost), 1.0 / len(cost))

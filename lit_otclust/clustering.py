@@ -1,11 +1,13 @@
-"""Which k-means center carries which prescribed proportion w_k (plain torch + scipy).
+"""Clustering on fixed embeddings: the embedding pass, k-means, and which k-means center carries which proportion.
 
-The OT loss gives center k the mass w_k. When w is not uniform, the order of the k-means centers
+:func:`embed_samples` embeds in-memory samples batch by batch and :func:`kmeans` clusters the embeddings: the
+centers' initialisation (:class:`lit_otclust.callbacks.PhaseSwitch`), the pictures and the raw-pixel baseline use
+them. The OT loss then gives center k the mass w_k. When w is not uniform, the order of the k-means centers
 that start the joint phase decides which cluster is asked to hold which share of the data: a
 large cluster carrying a small w_k is torn apart by the size constraint. :class:`PhaseSwitch`
-reorders the centers with one of these matchings (``phases.match_proportions``) before training
-on them. Each function returns ``order`` (K,), int64: center k becomes k-means center ``order[k]``
-(``centers[order]``).
+reorders the centers with one of the matchings below (``phases.match_proportions``) before training
+on them. Each returns ``order`` (K,), int64: center k becomes k-means center ``order[k]``
+(``centers[order]``). Plain torch, scipy and sklearn: no Lightning import.
 """
 
 from __future__ import annotations
@@ -13,7 +15,24 @@ from __future__ import annotations
 import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
-from torch import Tensor
+from sklearn.cluster import KMeans
+from torch import Tensor, nn
+
+
+@torch.no_grad()
+def embed_samples(module: nn.Module, x: Tensor, batch_size: int) -> Tensor:
+    """(N, p) embeddings ``module.embed(x)`` of in-memory samples x (N, *input_shape) by a module with ``embed``,
+    ``device`` and ``dtype`` (the system), in batches of ``batch_size`` (the data module's evaluation batch:
+    :func:`lit_otclust.data.eval_batch_size`). The batches take the module's dtype as Lightning's own batches do
+    (``trainer.precision=64-true``: float64)."""
+    return torch.cat([module.embed(xb.to(module.device, module.dtype)) for xb in x.split(batch_size)])
+
+
+def kmeans(z: Tensor, num_clusters: int, n_init: int, seed: int) -> Tensor:
+    """k-means++ with ``n_init`` restarts (sklearn) on z (N, p), returns the centers (K, p) as float32."""
+    km = KMeans(n_clusters=num_clusters, n_init=n_init, random_state=seed, init="k-means++")
+    km.fit(z.detach().double().cpu().numpy())
+    return torch.as_tensor(km.cluster_centers_, dtype=torch.float32)
 
 
 def match_sizes(sizes: Tensor, proportions: Tensor) -> Tensor:
