@@ -1,39 +1,32 @@
-"""Sweeps, aggregation and figures for the paper's Table 1 and Figures 1-2.
+"""Studies run and reported: the paper's Table 1 and Figures 1-2, and the studies of RESULTS.md.
 
-    python -m lit_otclust.experiments run --out results/table1 --configs mnist_ae_kmeans mnist_ot \\
-        --seeds 0 1 2 --set trainer.max_epochs=20 --set data.init_args.data_dir=../shared/data
-    python -m lit_otclust.experiments table --out results/table1
-    python -m lit_otclust.experiments figures --out results/table1
+    python -m lit_otclust.experiments run configs/studies/protocol.yaml [--jobs 2] [--threads 1] [--dry-run]
+    python -m lit_otclust.experiments run configs/studies/paper_protocol.yaml --launcher slurm
+    python -m lit_otclust.experiments report configs/studies/protocol.yaml     # or: report --out results/protocol
+    python -m lit_otclust.experiments compare --a results/protocol:mnist_ot --b results/protocol:mnist_soft_kmeans
 
-``run`` launches one ``python -m lit_otclust fit`` per (config, grid point, seed), ``jobs`` at a
-time, each pinned to ``threads`` CPU threads. A run whose result file exists is skipped, and an
-interrupted run resumes from its ``last.ckpt``, so a partly done sweep is finished by running the
-same command again. Each run leaves ``<out>/<run>.json``: its settings, the final metrics and
-the per-epoch curves (from the CSV log), so nothing depends on W&B.
+``run`` fits every run of a study file (:mod:`lit_otclust.studies`) that has no record yet: ``--jobs`` at a time
+(``--jobs`` per GPU where several are visible), each on ``--threads`` CPU threads; ``--dry-run`` prints each
+run's command and starts nothing; ``--launcher slurm`` submits the runs left as one SLURM job array. ``report``
+renders the study's records into its folder: per folder of records a table beside the paper's numbers with Welch
+t-tests (``table.md``), accuracy per epoch (``figure1_<data>.png``) and, with a grid key, accuracy against it
+(``figure2_<data>.png`` and ``.md``); and what the study file's ``report:`` asks for (:func:`report`).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import itertools
 import json
-import os
-import subprocess
 import sys
-import time
-from importlib import metadata
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scipy import stats
 
-REPO = Path(__file__).resolve().parents[1]
-CURVE_KEYS = ("val/acc", "val/acc_potential", "val/nmi", "val/ari", "heldout/acc", "train/loss",
-              "train/recon", "train/cluster", "train/sinkhorn_iters", "train/plan_moved", "train/sinkhorn_unconverged",
-              "val/size_min", "val/size_max")
+from lit_otclust.studies import (CURVE_KEYS, Study, dry_run, load_study, read_confusions, read_curves,  # noqa: F401
+                                 run_local, run_named, submit_slurm)
 
 # Table 1 of the paper: mean, std, min, max of the accuracy over 50 runs of 200 epochs.
 PAPER = {
@@ -47,16 +40,7 @@ PAPER = {
 METHODS = list(PAPER["mnist"])
 # The paper's Welch t-tests: (a, b) pairs it reports p-values for.
 COMPARISONS = [("ot", "soft_kmeans"), ("ot_p", "soft_kmeans_p"), ("ot_p", "ot"), ("soft_kmeans_p", "soft_kmeans")]
-
-
-def _parse_assignments(items: list[str], what: str) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for item in items:
-        key, sep, values = item.partition("=")
-        if not sep or not key or not values:
-            raise ValueError(f"{what} {item!r} must look like key=value{',value2' if what == '--grid' else ''}")
-        out[key] = values.split(",") if what == "--grid" else [values]
-    return out
+BASELINES = "results/kmeans_raw"  # `python -m lit_otclust.baselines` records: k-means on raw pixels
 
 
 def _tags(grid: dict[str, str]) -> list[str]:
@@ -64,131 +48,8 @@ def _tags(grid: dict[str, str]) -> list[str]:
     return [f"{k.split('.')[-1]}={v}" for k, v in sorted(grid.items())]
 
 
-def _run_name(config: str, point: dict[str, str], seed: int) -> str:
-    return "__".join([config, *_tags(point), f"seed={seed}"])
-
-
-def read_curves(csv_path: Path, keys: tuple[str, ...] | None = CURVE_KEYS) -> dict[int, dict[str, float]]:
-    """Per-epoch metrics of a Lightning CSV log, one dict per epoch (only ``keys``; all if None)."""
-    rows: dict[int, dict[str, float]] = defaultdict(dict)
-    with open(csv_path) as fh:
-        for row in csv.DictReader(fh):
-            if row.get("epoch"):
-                rows[int(row["epoch"])].update({k: float(v) for k, v in row.items()
-                                                if v and k != "epoch" and (keys is None or k in keys)})
-    return dict(sorted(rows.items()))
-
-
-def read_confusions(folder: Path) -> dict[int, dict[str, list]]:
-    """The confusion counts :class:`~lit_otclust.figures.ClusterFigures` wrote in ``folder``, by epoch (0-based)."""
-    from lit_otclust.figures import read_confusion_csv  # here: the figures module imports Lightning and matplotlib
-
-    files = Path(folder).glob("confusion_epoch*.csv")
-    return {int(p.stem.removeprefix("confusion_epoch")): read_confusion_csv(p) for p in sorted(files)}
-
-
-def _commit() -> str | None:
-    """The code's git commit (with ``+dirty`` if the code or the configs have changes), so a record names what
-    ran. Results written beside the runs (a sweep's tables) do not make the code dirty."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "lit_otclust", "configs"],
-                               cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return head.stdout.strip() + ("+dirty" if dirty else "")
-
-
-def _attempts_seconds(root: Path, now: float, done: bool) -> float:
-    """Wall seconds of a run over all its attempts, kept in ``root/attempts.json`` as [start, end] pairs.
-
-    Called with ``done=False`` when an attempt starts and ``done=True`` when it ends. An attempt killed on
-    the way (the session stopped) never wrote its end: its useful work ended at its last checkpoint, which
-    the next attempt resumes from, so ``last.ckpt``'s modification time closes it (the epochs after it are
-    redone and counted once). Returns the sum so far (the attempts before this one when starting)."""
-    path = root / "attempts.json"
-    attempts = json.loads(path.read_text()) if path.exists() else []
-    last_ckpt = root / "checkpoints" / "last.ckpt"
-    if attempts and attempts[-1][1] is None and not done:
-        attempts[-1][1] = last_ckpt.stat().st_mtime if last_ckpt.exists() else attempts[-1][0]
-    if done:
-        attempts[-1][1] = now
-    else:
-        attempts.append([now, None])
-    path.write_text(json.dumps(attempts) + "\n")
-    return sum(end - start for start, end in attempts if end is not None)
-
-
-def _run_one(out: Path, config: str, point: dict[str, str], fixed: dict[str, str], seed: int, threads: int,
-             wandb: bool) -> str:
-    name = _run_name(config, point, seed)
-    result = out / f"{name}.json"
-    if result.exists():
-        return f"skip {name}"
-    root = out / "runs" / name
-    cmd = [sys.executable, "-m", "lit_otclust", "fit", "--config", str(REPO / "configs" / f"{config}.yaml"),
-           "--seed_everything", str(seed), "--trainer.default_root_dir", str(root),
-           "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
-    for key, value in {**fixed, **point}.items():
-        cmd += [f"--{key}", value]
-    if (root / "checkpoints" / "last.ckpt").exists():
-        cmd += ["--ckpt_path", "last"]  # an interrupted run continues
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-           "WANDB_MODE": os.environ.get("WANDB_MODE", "offline") if wandb else "disabled", "WANDB_SILENT": "true"}
-    # The record's command, as a user types it in a fresh clone: relative config, no interpreter path.
-    portable = ["python", *cmd[1:5], f"configs/{config}.yaml", *cmd[6:]]
-    root.mkdir(parents=True, exist_ok=True)
-    _attempts_seconds(root, time.time(), done=False)
-    with open(root / "stdout.log", "a") as log:
-        proc = subprocess.run(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    if proc.returncode != 0:
-        return f"FAILED {name} (exit {proc.returncode}; see {root / 'stdout.log'})"
-    logs = sorted((root / "csv").glob("version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[1]))
-    curves: dict[int, dict[str, float]] = {}
-    for log_file in logs:  # a resumed run writes a new version: later versions win
-        curves.update(read_curves(log_file))
-    dataset, _, method = config.partition("_")
-    record = {"name": name, "config": config, "dataset": dataset, "method": method, "seed": seed,
-              "grid": point, "fixed": fixed, "seconds": round(_attempts_seconds(root, time.time(), done=True), 1),
-              "final": curves[max(curves)] if curves else {}, "curves": curves, "command": " ".join(portable),
-              "commit": _commit(), "omp_num_threads": threads, "torch": metadata.version("torch")}
-    confusion = read_confusions(root / "figures")
-    if confusion:  # clusters x classes every `figures.every_n_epochs` epochs: which classes merge or split, and when
-        record["confusion"] = confusion
-    result.write_text(json.dumps(record, indent=1) + "\n")
-    return f"done {name}: val/acc {record['final'].get('val/acc', float('nan')):.4f} in {record['seconds']:.0f}s"
-
-
-def run(out: str, configs: list[str], seeds: list[int] = (0,), grid: list[str] = (), set: list[str] = (),  # noqa: A002
-        jobs: int = 1, threads: int = 1, wandb: bool = False) -> None:
-    """Run every (config, grid point, seed) that has no result file yet in ``out``.
-
-    Args:
-        out: the sweep's folder (results as ``<run>.json``; logs and checkpoints under ``runs/``).
-        configs: config names in configs/, e.g. ``mnist_ot``.
-        seeds: seeds (``seed_everything``: weights, shuffling, k-means).
-        grid: ``key=v1,v2``: one run per value (several keys: their product), e.g. ``model.epsilon=0.01,0.1``.
-        set: ``key=value``: overrides for every run, e.g. ``trainer.max_epochs=20``.
-        jobs: runs in parallel.
-        threads: CPU threads per run.
-        wandb: also log each run to W&B (offline without credentials).
-    """
-    for config in configs:
-        if not (REPO / "configs" / f"{config}.yaml").is_file():
-            raise FileNotFoundError(f"config {config!r} not found: expected configs/{config}.yaml")
-    grid_values = _parse_assignments(grid, "--grid")
-    fixed = {k: v[0] for k, v in _parse_assignments(set, "--set").items()}
-    points = [dict(zip(grid_values, combo)) for combo in itertools.product(*grid_values.values())]
-    out_dir = Path(out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tasks = [(config, point, seed) for seed in seeds for config in configs for point in points]
-    print(f"{len(tasks)} runs in {out_dir}", flush=True)
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        for line in pool.map(lambda t: _run_one(out_dir, t[0], t[1], fixed, t[2], threads, wandb), tasks):
-            print(line, flush=True)
-
-
 def load(out: str | Path) -> list[dict]:
+    """The run records in folder ``out``."""
     return [json.loads(p.read_text()) for p in sorted(Path(out).glob("*.json"))]
 
 
@@ -200,14 +61,13 @@ def _group(records: list[dict], key: str = "val/acc") -> dict[tuple, list[float]
     return groups
 
 
-def table(out: str, key: str = "val/acc", baselines: str | None = "results/kmeans_raw", write: bool = True) -> str:
+def table(out: str | Path, key: str = "val/acc", baselines: str | None = BASELINES) -> str:
     """Markdown: per data set and method, mean (± std) and [min, max] beside the paper, then Welch t-tests.
 
     Args:
-        out: the sweep's folder.
+        out: a folder of run records.
         key: the metric to tabulate (``val/acc``: accuracy on the fitted samples, the paper's).
-        baselines: a folder of ``python -m lit_otclust.baselines`` JSON outputs (k-means on pixels).
-        write: also write ``<out>/table.md`` (the ``table`` command does; a notebook showing it does not).
+        baselines: a folder of ``python -m lit_otclust.baselines`` JSON outputs (k-means on pixels), or None.
     """
     records = load(out)
     groups = _group(records, key)
@@ -242,11 +102,31 @@ def table(out: str, key: str = "val/acc", baselines: str | None = "results/kmean
     lines += ["", *_other_metrics(records)]
     if fixed:
         lines = [f"Overrides given to the runs: {', '.join(fixed)}.", "", *lines]
-    text = "\n".join(lines) + "\n"
-    if write:
-        Path(out, "table.md").write_text(text)
-        print(text)
-    return text
+    return "\n".join(lines) + "\n"
+
+
+OTHER_METRICS = {"val/acc": "acc", "val/acc_potential": "acc, potential rule", "val/nmi": "NMI", "val/ari": "ARI",
+                 "heldout/acc": "acc, test split", "val/size_min": "smallest cluster", "val/size_max": "largest cluster"}
+
+
+def _other_metrics(records: list[dict]) -> list[str]:
+    """Markdown rows: per data set, method and settings, the mean over seeds of every logged metric."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in records:
+        groups[(r["dataset"], r["method"], ", ".join(_tags(r["grid"])))].append(r)
+    lines = ["Mean over seeds of the other final metrics (cluster sizes: fractions of the clustered images):", "",
+             "| data | method | settings | " + " | ".join(OTHER_METRICS.values()) + " | minutes per run |",
+             "|---|---|---|" + "---|" * (len(OTHER_METRICS) + 1)]
+    for (ds, method, settings), runs in sorted(groups.items()):
+        cells = []
+        for key in OTHER_METRICS:
+            # The potential rule is OT's: other methods log it with g = 0, a copy of acc.
+            values = [r["final"][key] for r in runs if key in r["final"]
+                      and (key != "val/acc_potential" or method.startswith("ot"))]
+            cells.append(f"{np.mean(values):.3f}" if values else "—")
+        minutes = np.mean([r["seconds"] for r in runs]) / 60
+        lines.append(f"| {ds} | {method} | {settings} | {' | '.join(cells)} | {minutes:.0f} |")
+    return lines
 
 
 def _select(spec: str) -> list[dict]:
@@ -282,7 +162,7 @@ def paired_power(delta: float, sd: float, n: int, alpha: float = 0.05) -> float:
 
 
 def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_b: str | None = None,
-            against: float | None = None) -> dict[str, float]:
+            against: float | None = None, quiet: bool = False) -> dict[str, float]:
     """Effect of a over b, paired by seed: mean difference ± its std, its 95% confidence interval (t), the
     paired t-test and Welch p-values.
 
@@ -293,6 +173,7 @@ def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_
         against: a difference claimed elsewhere (e.g. the paper's +0.041): also the paired t-test of
             "the mean difference is ``against``" (``against_p``), and the power these pairs had to detect a
             difference that large at the 5% level, given their spread (``against_power``, :func:`paired_power`).
+        quiet: return the numbers without printing the sentence that states them.
     """
     runs_a = {r["seed"]: _value(r, key, epoch) for r in _select(a)}
     runs_b = {r["seed"]: _value(r, key_b or key, epoch) for r in _select(b)}
@@ -311,39 +192,41 @@ def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_
         out["against"] = against
         out["against_p"] = float(stats.ttest_1samp(diff, popmean=against).pvalue)
         out["against_power"] = paired_power(against, out["paired_sd"], len(diff))
-    at = "final" if epoch is None else f"epoch {epoch}"
-    print(f"{key}{'' if key_b in (None, key) else ' vs ' + key_b} at {at}: a {out['mean_a']:.3f} ({len(runs_a)} runs), b {out['mean_b']:.3f} ({len(runs_b)} runs); "
-          f"paired over seeds {seeds}: {out['paired_diff']:+.3f} ± {out['paired_sd']:.3f} (95% CI "
-          f"[{out['paired_ci_low']:+.3f}, {out['paired_ci_high']:+.3f}]), p = {out['paired_p']:.3g}; "
-          f"Welch p = {out['welch_p']:.3g}")
-    if "against" in out:
-        print(f"against a difference of {against:+.3f}: paired p = {out['against_p']:.3g}; these {len(diff)} pairs had "
-              f"power {out['against_power']:.2f} to detect it at the 5% level")
+    if not quiet:
+        at = "final" if epoch is None else f"epoch {epoch}"
+        print(f"{key}{'' if key_b in (None, key) else ' vs ' + key_b} at {at}: a {out['mean_a']:.3f} ({len(runs_a)} runs), b {out['mean_b']:.3f} ({len(runs_b)} runs); "
+              f"paired over seeds {seeds}: {out['paired_diff']:+.3f} ± {out['paired_sd']:.3f} (95% CI "
+              f"[{out['paired_ci_low']:+.3f}, {out['paired_ci_high']:+.3f}]), p = {out['paired_p']:.3g}; "
+              f"Welch p = {out['welch_p']:.3g}")
+        if "against" in out:
+            print(f"against a difference of {against:+.3f}: paired p = {out['against_p']:.3g}; these {len(diff)} pairs had "
+                  f"power {out['against_power']:.2f} to detect it at the 5% level")
     return out
 
 
-OTHER_METRICS = {"val/acc": "acc", "val/acc_potential": "acc, potential rule", "val/nmi": "NMI", "val/ari": "ARI",
-                 "heldout/acc": "acc, test split", "val/size_min": "smallest cluster", "val/size_max": "largest cluster"}
-
-
-def _other_metrics(records: list[dict]) -> list[str]:
-    """Markdown rows: per data set, method and settings, the mean over seeds of every logged metric."""
-    groups: dict[tuple, list[dict]] = defaultdict(list)
-    for r in records:
-        groups[(r["dataset"], r["method"], ", ".join(_tags(r["grid"])))].append(r)
-    lines = ["Mean over seeds of the other final metrics (cluster sizes: fractions of the clustered images):", "",
-             "| data | method | settings | " + " | ".join(OTHER_METRICS.values()) + " | minutes per run |",
-             "|---|---|---|" + "---|" * (len(OTHER_METRICS) + 1)]
-    for (ds, method, settings), runs in sorted(groups.items()):
-        cells = []
-        for key in OTHER_METRICS:
-            # The potential rule is OT's: other methods log it with g = 0, a copy of acc.
-            values = [r["final"][key] for r in runs if key in r["final"]
-                      and (key != "val/acc_potential" or method.startswith("ot"))]
-            cells.append(f"{np.mean(values):.3f}" if values else "—")
-        minutes = np.mean([r["seconds"] for r in runs]) / 60
-        lines.append(f"| {ds} | {method} | {settings} | {' | '.join(cells)} | {minutes:.0f} |")
-    return lines
+def compare_table(pairs: list[dict[str, Any]]) -> str:
+    """Markdown of :func:`compare` for each ``{a, b[, key, epoch, key_b, against]}`` of ``pairs``, paired by seed."""
+    lines = ["Paired by seed (`experiments.compare`): mean difference a - b ± its sd over the pairs, its 95% CI (t), "
+             "the paired t-test and Welch's p.", "",
+             "| a | b | metric | at | pairs | mean a | mean b | a - b ± sd | 95% CI | paired p | Welch p |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    claims = []  # the tests of a difference claimed elsewhere
+    for pair in pairs:
+        key = pair.get("key", "val/acc") + (f" vs {pair['key_b']}" if pair.get("key_b") else "")
+        at = "final" if pair.get("epoch") is None else f"epoch {pair['epoch']}"
+        try:
+            c = compare(**pair, quiet=True)
+        except ValueError as missing:  # a study's report is written while its runs land
+            lines.append(f"| `{pair['a']}` | `{pair['b']}` | {key} | {at} | 0 | {missing} | | | | | |")
+            continue
+        lines.append(f"| `{pair['a']}` | `{pair['b']}` | {key} | {at} | {c['n_paired']} | {c['mean_a']:.3f} | "
+                     f"{c['mean_b']:.3f} | {c['paired_diff']:+.3f} ± {c['paired_sd']:.3f} | "
+                     f"[{c['paired_ci_low']:+.3f}, {c['paired_ci_high']:+.3f}] | {c['paired_p']:.3g} | {c['welch_p']:.3g} |")
+        if "against" in c:
+            claims.append(f"- `{pair['a']}` - `{pair['b']}` against a difference of {c['against']:+.3f}: paired p = "
+                          f"{c['against_p']:.3g}; these {c['n_paired']} pairs had power {c['against_power']:.2f} to "
+                          "detect it at the 5% level.")
+    return "\n".join(lines + ([""] + claims if claims else [])) + "\n"
 
 
 def _save(fig, ax, path: Path) -> str:
@@ -403,15 +286,12 @@ def _grid_markdown(by: dict[str, dict[float, dict[int, float]]], key: str, grid_
     return "\n".join(lines) + "\n"
 
 
-def figures(out: str, key: str = "val/acc", grid_key: str | None = None,
-            grid_default: float | None = None, write_table: bool = False) -> list[str]:
-    """PNGs: accuracy vs epoch per method (mean over seeds, band = ± std) of the runs without
+def figures(out: str | Path, key: str = "val/acc", grid_key: str | None = None,
+            grid_default: float | None = None) -> list[str]:
+    """PNGs in ``out``: accuracy vs epoch per method (mean over seeds, band = ± std) of the runs without
     ``grid_key`` in their grid, and, if ``grid_key`` is given (e.g. ``model.epsilon``), final accuracy
     vs that setting per method (Figure 2 style, mean ± std over seeds), the other runs at ``grid_default`` if
-    given (see :func:`_grid_runs`: the seeds of each point match). Returns the PNGs' paths; with ``write_table``
-    (the command line's ``figures``), Figure 2's numbers also go to ``figure2_<data>.md``, which a notebook's
-    call leaves alone, like :func:`table`'s ``write``.
-    """
+    given (see :func:`_grid_runs`: the seeds of each point match). Returns the PNGs' paths."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -438,10 +318,6 @@ def figures(out: str, key: str = "val/acc", grid_key: str | None = None,
             ax.set(xlabel="epoch", ylabel=key, title=f"{ds}: {key} per epoch (mean ± std over seeds)")
             written.append(_save(fig, ax, Path(out) / f"figure1_{ds}.png"))
         if grid_key:
-            if write_table:
-                table_path = Path(out) / f"figure2_{ds}.md"
-                table_path.write_text(_grid_markdown(_grid_runs(records, ds, key, grid_key, grid_default), key, grid_key))
-                print(table_path)
             by = _grid_points(records, ds, key, grid_key, grid_default)
             fig, ax = plt.subplots(figsize=(6, 4))
             for method, points in sorted(by.items()):
@@ -452,30 +328,291 @@ def figures(out: str, key: str = "val/acc", grid_key: str | None = None,
                             marker="o", capsize=3, label=f"{method} ({count} run{'s' if count != '1' else ''} a point)")
             ax.set(xscale="log", xlabel=grid_key, ylabel=f"final {key}", title=f"{ds}: final {key} vs {grid_key}")
             written.append(_save(fig, ax, Path(out) / f"figure2_{ds}.png"))
-    print("\n".join(written))
     return written
 
 
-def main(argv: list[str] | None = None) -> None:
+def confused(table: dict, share: float) -> tuple[float, list[str]]:
+    """(accuracy, ``b>a NN%`` for each class b with >= share of its images in the cluster matched to a != b)."""
+    counts = np.array(table["counts"])  # (K, C), row i: cluster table["cluster"][i]
+    matched = np.array(table["matched_class"])  # each row's class, -1 if unmatched
+    per_class = counts.sum(0)
+    acc = sum(counts[i, c] for i, c in enumerate(matched) if c >= 0) / counts.sum()
+    pairs = []
+    for i, a in enumerate(matched):
+        for b in range(counts.shape[1]):
+            frac = counts[i, b] / max(per_class[b], 1)
+            if b != a and frac >= share:
+                pairs.append((frac, f"{b}>{a if a >= 0 else '-'} {frac:.0%}"))
+    return acc, [text for _, text in sorted(pairs, reverse=True)]
+
+
+def confusion_report(records: list[dict], methods: list[str], epochs: list[int], share: float = 0.15,
+                     source: str = "") -> str:
+    """Which classes merge or split over training: per seed, method and epoch of the confusion counts the records
+    keep (``record["confusion"]``), the accuracy and every class b of which at least ``share`` of the images sit in
+    the cluster matched to another class a, as ``b>a 45%``. Runs with grid settings are left out."""
+    runs: dict[int, dict[str, dict]] = defaultdict(dict)  # seed -> method -> record
+    for record in records:
+        if record.get("confusion") and not record["grid"] and record["method"] in methods:
+            runs[record["seed"]][record["method"]] = record
+    lines = [f"Output of `{source}`: for each class b with at least {share:.0%} of its images in the cluster matched "
+             "to another class a, `b>a share` (`-`: a cluster matched to no class). Accuracy is the Hungarian "
+             "accuracy of the same counts.", "",
+             "| seed | method | " + " | ".join(f"epoch {e}" for e in epochs) + " |", "|---|---|" + "---|" * len(epochs)]
+    for seed in sorted(runs):
+        for method in methods:
+            if method not in runs[seed]:
+                continue
+            cells = []
+            for epoch in epochs:
+                counts = runs[seed][method]["confusion"].get(str(epoch))
+                if counts is None:
+                    cells.append("—")
+                    continue
+                acc, pairs = confused(counts, share)
+                cells.append(f"{acc:.3f}: " + (", ".join(pairs) or "clean"))
+            lines.append(f"| {seed} | {method} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def proxy_check(records: str, at: int = 39, proxy: str | None = None) -> str:
+    """Is a short run predictive? val/acc after epoch ``at`` (0-based) against the last epoch of the from-scratch runs
+    in ``records`` with their config's own settings (no (p) runs, whose early epochs are pre-training, and no grid
+    runs): the Spearman rank correlation over runs, the means per config and, by seed, OT minus soft k-means at
+    both. With ``proxy``, the same config and seed run for ``at + 1`` epochs in that folder against epoch ``at`` of
+    the longer run: a difference is the runs' non-determinism or a change of the code (each record's ``commit``)."""
+    runs = [r for r in load(records)
+            if not r["config"].endswith("_p") and not r.get("grid") and str(at) in r["curves"]]
+    rows = []
+    for r in runs:
+        last = max(r["curves"], key=int)
+        rows.append((r["config"], r["seed"], r["curves"][str(at)]["val/acc"], r["curves"][last]["val/acc"], int(last)))
+    lines = [f"{records}: val/acc after epoch {at} (0-based) and at the run's last epoch", "",
+             f"| config | seed | proxy (epoch {at}) | last epoch | last |", "|---|---|---|---|---|"]
+    lines += [f"| {config} | {seed} | {short:.3f} | {last} | {final:.3f} |" for config, seed, short, final, last in rows]
+    rho, p = stats.spearmanr([r[2] for r in rows], [r[3] for r in rows])
+    lines += ["", f"Spearman rank correlation over the {len(rows)} runs: {rho:.2f} (p = {p:.2g})", "",
+              "| config | runs | mean at the proxy | mean at the last epoch |", "|---|---|---|---|"]
+    for config in sorted({r[0] for r in rows}):
+        sel = [r for r in rows if r[0] == config]
+        lines.append(f"| {config} | {len(sel)} | {np.mean([r[2] for r in sel]):.3f} | {np.mean([r[3] for r in sel]):.3f} |")
+    by = {(r[0], r[1]): r for r in rows}
+    seeds = sorted({s for c, s in by if c == "mnist_ot" and ("mnist_soft_kmeans", s) in by})
+    if seeds:
+        lines += ["", "OT minus soft k-means, by seed (the recipe study's comparison):", "",
+                  "| seed | at the proxy | at the last epoch |", "|---|---|---|"]
+        for s in seeds:
+            ot, skm = by[("mnist_ot", s)], by[("mnist_soft_kmeans", s)]
+            lines.append(f"| {s} | {ot[2] - skm[2]:+.3f} | {ot[3] - skm[3]:+.3f} |")
+    if proxy:
+        lines += ["", f"The same config and seed in {proxy} (its last epoch) against epoch {at} above:", "",
+                  "| config | seed | short run | long run at the same epoch | difference |", "|---|---|---|---|---|"]
+        for config, seed, long_at, _, _ in rows:
+            path = Path(proxy) / f"{config}__seed={seed}.json"
+            if path.exists():
+                short = json.loads(path.read_text())
+                if max(map(int, short["curves"])) == at:
+                    acc = short["final"]["val/acc"]
+                    lines.append(f"| {config} | {seed} | {acc:.4f} | {long_at:.4f} | {acc - long_at:+.4f} |")
+    return "\n".join(lines) + "\n"
+
+
+_REPORT_KEYS = {"key", "baselines", "grid_key", "grid_default", "confusion", "proxy_check", "compare", "imbalanced"}
+
+
+def report_folder(out: str | Path, key: str = "val/acc", baselines: str | None = BASELINES,
+                  grid_key: str | None = None, grid_default: float | None = None) -> list[Path]:
+    """``table.md`` and the figures (:func:`figures`) of the records in folder ``out``, Figure 2's numbers in
+    ``figure2_<data>.md`` if ``grid_key`` is given. Returns the files written."""
+    out = Path(out)
+    (out / "table.md").write_text(table(out, key, baselines))
+    written = [out / "table.md", *map(Path, figures(out, key, grid_key, grid_default))]
+    if grid_key:
+        records = load(out)
+        for ds in sorted({r["dataset"] for r in records}):
+            path = out / f"figure2_{ds}.md"
+            path.write_text(_grid_markdown(_grid_runs(records, ds, key, grid_key, grid_default), key, grid_key))
+            written.append(path)
+    return written
+
+
+def report(study: Study) -> list[Path]:
+    """Write a study's report into its folders; returns the files written. Every folder of records gets
+    :func:`report_folder`; the study file's ``report:`` mapping adds, in ``out``:
+
+    - ``key`` (``val/acc``), ``baselines`` (:data:`BASELINES`; null: none), ``grid_key``, ``grid_default``: for
+      :func:`report_folder`;
+    - ``confusion``: a list of ``{file, methods, epochs[, share]}``, each a :func:`confusion_report`;
+    - ``proxy_check``: ``{file[, at, proxy]}``, a :func:`proxy_check` of ``out``;
+    - ``compare``: a list of ``{a, b[, key, epoch, key_b, against]}``, paired tests (:func:`compare`) in ``compare.md``;
+    - ``imbalanced``: ``{balanced: FOLDER}``, issue #12's ``report.md`` and figure (:func:`imbalanced_report`).
+    """
+    options = study.report
+    if set(options) - _REPORT_KEYS:
+        raise ValueError(f"{study.path}: report keys {sorted(set(options) - _REPORT_KEYS)} unknown "
+                         f"(keys: {sorted(_REPORT_KEYS)})")
+    key = options.get("key", "val/acc")
+    source = f"python -m lit_otclust.experiments report {study.path}"
+    written = []
+    for folder in study.folders:
+        if any(folder.glob("*.json")):
+            written += report_folder(folder, key, options.get("baselines", BASELINES), options.get("grid_key"),
+                                     options.get("grid_default"))
+    for spec in options.get("confusion", []):
+        path = study.out / spec["file"]
+        path.write_text(confusion_report(load(study.out), spec["methods"], spec["epochs"], spec.get("share", 0.15),
+                                         source))
+        written.append(path)
+    if "proxy_check" in options:
+        spec = options["proxy_check"]
+        path = study.out / spec["file"]
+        path.write_text(proxy_check(str(study.out), spec.get("at", 39), spec.get("proxy")))
+        written.append(path)
+    if options.get("compare"):
+        path = study.out / "compare.md"
+        path.write_text(compare_table(options["compare"]))
+        written.append(path)
+    if "imbalanced" in options:
+        written += imbalanced_report(study.out, options["imbalanced"]["balanced"], source)
+    return written
+
+# Issue #12's report. Method label -> (folder under the data set's, config, grid tags).
+IMBALANCED_METHODS = {
+    "soft k-means": ("uniform_w", "mnist_soft_kmeans", ""),
+    "OT, uniform w": ("uniform_w", "mnist_ot", ""),
+    "unbalanced OT (reg_m 0.2), uniform w": ("uniform_w", "mnist_ot", "reg_m=0.2"),
+    "OT, true w, matched by size": ("true_w", "mnist_ot", "match_proportions=sizes"),
+    "OT, true w, k-means order": ("true_w", "mnist_ot", "match_proportions=none"),
+    "OT, misspecified w (+-30%), matched": ("misspecified_w", "mnist_ot", ""),
+}
+# data set folder -> (label, largest/smallest class, the true proportions' smallest and largest entries)
+IMBALANCED_SETS = {
+    "balanced": ("10 digits, balanced", 1.0, (0.1, 0.1)),
+    "geometric3": ("10 digits, geometric", 3.0, (0.0543, 0.163)),
+    "geometric10": ("10 digits, geometric", 10.0, (0.0245, 0.2447)),
+    "two_digits": ("digits 1 and 2, 20% / 80%", 4.0, (0.2, 0.8)),
+}
+IMBALANCED_PAIRS = [  # (a, b): the effect of a over b, paired by seed
+    ("OT, true w, matched by size", "OT, uniform w"),
+    ("OT, true w, matched by size", "soft k-means"),
+    ("OT, true w, matched by size", "OT, true w, k-means order"),
+    ("OT, misspecified w (+-30%), matched", "OT, true w, matched by size"),
+    ("unbalanced OT (reg_m 0.2), uniform w", "OT, uniform w"),
+    ("unbalanced OT (reg_m 0.2), uniform w", "soft k-means"),
+]
+
+
+def _imbalanced_spec(out: Path, balanced: str, name: str, method: str) -> str:
+    """The ``DIR:CONFIG[:tags]`` of a method's runs on data set ``name``. On balanced MNIST the uniform w is the
+    true w and every size order matches it, so the true-w runs are the uniform-w runs; those, soft k-means and
+    unbalanced OT are the ``balanced`` folder's (the recipe study's, the same commands)."""
+    folder, config, tags = IMBALANCED_METHODS[method]
+    if name == "balanced" and folder != "misspecified_w":
+        return f"{balanced}:{config}" + (f":{tags}" if tags and folder != "true_w" else "")
+    return f"{out / name / folder}:{config}" + (f":{tags}" if tags else "")
+
+
+def imbalanced_report(out: Path, balanced: str, source: str) -> list[Path]:
+    """Issue #12's ``report.md`` (accuracy and sizes per data set and method, paired tests) and
+    ``accuracy_vs_imbalance.png`` in ``out``, from the records under ``out/<data set>/<w>/`` and, for balanced
+    MNIST, ``balanced``. Sets or methods without runs are left out and named."""
+    lines = ["# Known non-uniform cluster sizes (issue #12)", "",
+             "40-epoch proxy, no pre-training, seeds 0-4; val/* on the clustered images, each assigned to its "
+             "nearest center (the paper's rule; cluster sizes are of that assignment). Written by "
+             f"`{source}` from the run records.", "",
+             "| data | largest/smallest | method | runs | acc mean ± sd | acc, potential rule | NMI | ARI | smallest cluster (true) | largest cluster (true) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    missing, acc = [], {}
+    for name, (label, ratio, (w_min, w_max)) in IMBALANCED_SETS.items():
+        for method, (folder, config, _) in IMBALANCED_METHODS.items():
+            try:
+                rs = _select(_imbalanced_spec(out, balanced, name, method))
+            except ValueError:
+                missing.append(f"{label} ({ratio:g}): {method}")
+                continue
+            f = {k: np.array([r["final"][k] for r in rs]) for k in ("val/acc", "val/nmi", "val/ari", "val/size_min", "val/size_max")}
+            # argmin_k ||z - mu_k||^2 - g_k, g the running mean of the Sinkhorn cluster potentials: the rule that
+            # keeps OT's sizes (soft k-means has g = 0, so it equals acc there and is not repeated).
+            potential = f"{np.mean([r['final']['val/acc_potential'] for r in rs]):.3f}" if config == "mnist_ot" else "—"
+            acc[name, method] = f["val/acc"]
+            sd = f" ± {f['val/acc'].std(ddof=1):.3f}" if len(rs) > 1 else ""
+            same = " (the uniform-w runs)" if name == "balanced" and folder == "true_w" else ""
+            lines.append(f"| {label} | {ratio:g} | {method}{same} | {len(rs)} | {f['val/acc'].mean():.3f}{sd} | "
+                         f"{potential} | {f['val/nmi'].mean():.3f} | {f['val/ari'].mean():.3f} | "
+                         f"{f['val/size_min'].mean():.3f} ({w_min:g}) | {f['val/size_max'].mean():.3f} ({w_max:g}) |")
+    lines += ["", "Paired by seed (`lit_otclust.experiments.compare`: paired t-test over the seeds both have):", "",
+              "| data | largest/smallest | a | b | mean a - b ± sd | paired p |", "|---|---|---|---|---|---|"]
+    for name, (label, ratio, _) in IMBALANCED_SETS.items():
+        spec = {m: _imbalanced_spec(out, balanced, name, m) for m in IMBALANCED_METHODS}
+        for a, b in IMBALANCED_PAIRS:
+            if (name, a) in acc and (name, b) in acc and spec[a] != spec[b]:
+                c = compare(spec[a], spec[b], quiet=True)
+                lines.append(f"| {label} | {ratio:g} | {a} | {b} | {c['paired_diff']:+.3f} ± {c['paired_sd']:.3f} | {c['paired_p']:.3g} |")
+        method = "OT, true w, matched by size"  # the same runs under the two assignment rules
+        if (name, method) in acc and name != "balanced":
+            c = compare(spec[method], spec[method], key="val/acc_potential", key_b="val/acc", quiet=True)
+            lines.append(f"| {label} | {ratio:g} | {method}, potential rule | the same runs, nearest center | "
+                         f"{c['paired_diff']:+.3f} ± {c['paired_sd']:.3f} | {c['paired_p']:.3g} |")
+    if missing:
+        lines += ["", "Not run yet: " + "; ".join(missing) + "."]
+    lines += ["", "![accuracy against imbalance](accuracy_vs_imbalance.png)"]
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+    _imbalanced_figure(acc, out / "accuracy_vs_imbalance.png")
+    return [out / "report.md", out / "accuracy_vs_imbalance.png"]
+
+
+def _imbalanced_figure(acc: dict[tuple[str, str], np.ndarray], path: Path) -> None:
+    """(a) 10 digits: accuracy against largest/smallest, a line per method; (b) the two-digit set."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [1.6, 1]})
+    ten = [n for n in IMBALANCED_SETS if n != "two_digits"]
+    for i, method in enumerate(IMBALANCED_METHODS):
+        pts = [(IMBALANCED_SETS[n][1], acc[n, method]) for n in ten if (n, method) in acc]
+        if pts:
+            x = np.array([p[0] for p in pts]) * (1 + 0.02 * (i - 2.5))  # a small offset so error bars do not overlap
+            left.errorbar(x, [a.mean() for _, a in pts], yerr=[a.std(ddof=1) if len(a) > 1 else 0 for _, a in pts],
+                          marker="o", capsize=3, label=method, color=f"C{i}")
+        if ("two_digits", method) in acc:
+            a = acc["two_digits", method]
+            right.errorbar([i], [a.mean()], yerr=[a.std(ddof=1) if len(a) > 1 else 0], marker="o", capsize=3, color=f"C{i}")
+            right.scatter(np.full(len(a), i), a, s=8, color="gray", alpha=0.6)
+    left.set_xscale("log")
+    left.set_xticks([1, 3, 10], ["1", "3", "10"])
+    left.set(xlabel="largest / smallest class", ylabel="accuracy (mean ± sd over seeds)",
+             title="(a) 10 digits, geometric class proportions")
+    left.legend(fontsize=7)
+    right.set_xticks(range(len(IMBALANCED_METHODS)), [m.replace(", ", ",\n", 1) for m in IMBALANCED_METHODS],
+                     fontsize=6, rotation=30, ha="right")
+    right.set(title="(b) digits 1 and 2, 20% / 80%", ylabel="accuracy")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lit_otclust.experiments", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("run", help=run.__doc__.splitlines()[0])
-    p.add_argument("--out", required=True)
-    p.add_argument("--configs", nargs="+", required=True)
-    p.add_argument("--seeds", nargs="+", type=int, default=[0])
-    p.add_argument("--grid", nargs="*", default=[], metavar="KEY=V1,V2")
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
-    p.add_argument("--jobs", type=int, default=1)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--wandb", action="store_true")
-    p = sub.add_parser("table", help=table.__doc__.splitlines()[0])
-    p.add_argument("--out", required=True)
+    p = sub.add_parser("run", help="fit a study's runs that have no record yet")
+    p.add_argument("study", help="a study file, e.g. configs/studies/protocol.yaml")
+    p.add_argument("--jobs", type=int, default=None, help="runs at a time (a GPU each where several; SLURM: no limit)")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads a run (OMP_NUM_THREADS)")
+    p.add_argument("--launcher", choices=["local", "slurm"], default="local")
+    p.add_argument("--dry-run", action="store_true", help="print each run's command; start nothing")
+    p.add_argument("--run", default=None, metavar="NAME", help="only this run (a SLURM array task's)")
+    p.add_argument("--wandb", action="store_true", help="also log each run to W&B (offline without credentials)")
+    p.add_argument("--slurm-option", action="append", default=[], metavar="OPTION",
+                   help="an #SBATCH option of the array, e.g. --slurm-option=--gpus-per-task=1 (repeatable)")
+    p.add_argument("--sbatch", default="sbatch", help="the submit command")
+    p = sub.add_parser("report", help="write a study's tables, figures and paired tests into its folder")
+    p.add_argument("study", nargs="?", default=None, help="a study file")
+    p.add_argument("--out", default=None, help="instead of a study: a folder of records")
     p.add_argument("--key", default="val/acc")
-    p.add_argument("--baselines", default="results/kmeans_raw")
-    p = sub.add_parser("figures", help=figures.__doc__.splitlines()[0])
-    p.add_argument("--out", required=True)
-    p.add_argument("--key", default="val/acc")
+    p.add_argument("--baselines", default=BASELINES)
     p.add_argument("--grid_key", default=None)
     p.add_argument("--grid_default", type=float, default=None)
     p = sub.add_parser("compare", help=compare.__doc__.splitlines()[0])
@@ -485,11 +622,27 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--epoch", type=int, default=None)
     p.add_argument("--key_b", default=None)
     p.add_argument("--against", type=float, default=None, help="a claimed difference to test (e.g. the paper's)")
-    args = vars(parser.parse_args(argv))
-    if args["command"] == "figures":
-        args["write_table"] = True
-    {"run": run, "table": table, "figures": figures, "compare": compare}[args.pop("command")](**args)
+    args = parser.parse_args(argv)
+    if args.command == "compare":
+        compare(args.a, args.b, args.key, args.epoch, args.key_b, args.against)
+        return 0
+    if args.command == "report":
+        if (args.study is None) == (args.out is None):
+            parser.error("report takes a study file or --out FOLDER")
+        written = (report(load_study(args.study)) if args.study else
+                   report_folder(args.out, args.key, args.baselines or None, args.grid_key, args.grid_default))
+        print("\n".join(map(str, written)))
+        return 0
+    study = load_study(args.study)
+    if args.run is not None:
+        return run_named(study, args.run, args.threads, args.wandb)
+    if args.dry_run:
+        dry_run(study)
+    if args.launcher == "slurm":
+        submit_slurm(study, args.threads, args.jobs, args.slurm_option, args.sbatch, args.dry_run)
+        return 0
+    return 0 if args.dry_run else run_local(study, args.jobs or 1, args.threads, args.wandb)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,24 +1,37 @@
-"""The sweep tool's aggregation, and the results notebook executed on a tiny result set."""
+"""Studies as data: study files, their commands, the local and SLURM launchers, records, and the reports rendered
+from records (tables, figures, paired tests), with the results notebook executed on a tiny study."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import shlex
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import nbformat
 import numpy as np
 import pytest
+import yaml
 from nbclient import NotebookClient
 from scipy import stats
 
-from lit_otclust import experiments
+from lit_otclust import experiments, studies
+from lit_otclust.data import geometric_proportions
 
 REPO = Path(__file__).resolve().parents[1]
+STUDIES = REPO / "configs" / "studies"
+MNIST_OT = str(REPO / "configs" / "mnist_ot.yaml")
 
 
 def write_runs(folder: Path, accs: dict[str, list[float]]) -> None:
-    """Result files in the schema ``experiments.run`` writes, with 3 epochs of curves each."""
+    """Result files in the schema ``studies.execute`` writes, with 3 epochs of curves each."""
     folder.mkdir(parents=True, exist_ok=True)
     for method, values in accs.items():
         for seed, acc in enumerate(values):
@@ -27,6 +40,295 @@ def write_runs(folder: Path, accs: dict[str, list[float]]) -> None:
                       "method": method, "seed": seed, "grid": {}, "fixed": {}, "seconds": 1.0,
                       "final": curves["2"], "curves": curves, "command": "test"}
             (folder / f"{record['name']}.json").write_text(json.dumps(record))
+
+
+def commands_of(study: studies.Study) -> dict[str, dict[str, str]]:
+    """Each run's fit command as ``{--flag: value}`` (flag order aside), by record path."""
+    out = {}
+    for run in study.runs:
+        tokens = shlex.split(shlex.join(run.command()))
+        assert tokens[:4] == ["python", "-m", "lit_otclust", "fit"]
+        out[str(run.record)] = dict(zip(tokens[4::2], tokens[5::2]))
+    return out
+
+
+# ---- study files and their commands --------------------------------------------------------------------------
+
+
+def test_a_study_files_dry_run_lists_the_exact_commands(tmp_path, monkeypatch, capsys):
+    """Blocks inherit the study's seeds, epochs and overrides; a grid multiplies runs; a block's folder holds its
+    records; a finished run is marked done and an interrupted one resumes from its last checkpoint."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "a_ot.yaml").write_text("seed_everything: 0\n")
+    (tmp_path / "studies").mkdir()
+    (tmp_path / "studies" / "b_skm.yaml").write_text("seed_everything: 0\n")  # found from the study file's folder
+    (tmp_path / "studies" / "s.yaml").write_text(yaml.safe_dump({
+        "out": "res", "seeds": "0-1", "epochs": 40, "set": {"data.data_dir": "../data", "model.flag": True},
+        "runs": [{"configs": ["configs/a_ot.yaml", "b_skm.yaml"], "seeds": [3]},
+                 {"configs": ["configs/a_ot.yaml"], "grid": {"model.epsilon": [0.1, 1], "model.w": [[0.2, 0.8]]},
+                  "set": {"model.anneal_epochs": 20}, "folder": "sub"}]}))
+    study = experiments.load_study("studies/s.yaml")
+    fixed = "--trainer.max_epochs 40 --data.data_dir ../data --model.flag true"
+
+    def fit(config: str, root: str, seed: int, extra: str) -> str:
+        return (f"python -m lit_otclust fit --config {config} --seed_everything {seed} --trainer.default_root_dir "
+                f"{root} --trainer.enable_progress_bar false --trainer.enable_model_summary false {extra}")
+
+    expected = [fit("configs/a_ot.yaml", "res/runs/a_ot__seed=3", 3, fixed),
+                fit("studies/b_skm.yaml", "res/runs/b_skm__seed=3", 3, fixed)]
+    for seed in (0, 1):
+        for eps in ("0.1", "1"):
+            name = f"a_ot__epsilon={eps}__w=[0.2,0.8]__seed={seed}"
+            expected.append(fit("configs/a_ot.yaml", f"'res/sub/runs/{name}'", seed,  # quoted: [ is the shell's
+                                f"--model.anneal_epochs 20 {fixed} --model.epsilon {eps} --model.w '[0.2,0.8]'"))
+    (tmp_path / "res").mkdir()
+    (tmp_path / "res" / "b_skm__seed=3.json").write_text("{}")
+    (tmp_path / "res" / "sub" / "runs" / "a_ot__epsilon=1__w=[0.2,0.8]__seed=1" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "res" / "sub" / "runs" / "a_ot__epsilon=1__w=[0.2,0.8]__seed=1" / "checkpoints" / "last.ckpt").touch()
+    expected[1] = "# done: " + expected[1]
+    expected[-1] += " --ckpt_path last"
+    assert experiments.main(["run", "studies/s.yaml", "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == expected
+    assert "6 runs in res: 1 done, 5 to run" in captured.err
+    assert study.label(study.runs[-1]) == "sub/a_ot__epsilon=1__w=[0.2,0.8]__seed=1"
+    assert not list(tmp_path.glob("res/**/*.log"))  # nothing started
+
+
+def test_a_study_file_names_its_mistakes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="'sed'"):
+        studies.parse_study({"out": "r", "configs": [MNIST_OT], "sed": [0]})
+    with pytest.raises(ValueError, match="'grids'"):
+        studies.parse_study({"out": "r", "runs": [{"configs": [MNIST_OT], "grids": {}}]})
+    with pytest.raises(FileNotFoundError, match="config 'configs/mnist_nope.yaml' not found"):
+        studies.parse_study({"out": "r", "configs": ["configs/mnist_nope.yaml"]})
+    with pytest.raises(ValueError, match="range like '0-49'"):
+        studies.parse_study({"out": "r", "configs": [MNIST_OT], "seeds": "0..49"})
+    with pytest.raises(ValueError, match="named twice with different overrides"):
+        studies.parse_study({"out": "r", "runs": [{"configs": [MNIST_OT]},
+                                                  {"configs": [MNIST_OT], "set": {"trainer.max_epochs": 3}}]})
+
+
+def test_the_paper_protocol_is_250_trained_mnist_runs(monkeypatch, capsys):
+    """Table 1's five trained columns at the paper's 50 seeds, in a folder of their own, the configs as they are."""
+    monkeypatch.chdir(REPO)
+    study = experiments.load_study("configs/studies/paper_protocol.yaml")
+    assert experiments.main(["run", "configs/studies/paper_protocol.yaml", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len({line for line in lines}) == 250
+    configs = {Path(c["--config"]).stem for c in commands_of(study).values()}
+    assert configs == {"mnist_ae_kmeans", "mnist_soft_kmeans", "mnist_soft_kmeans_p", "mnist_ot", "mnist_ot_p"}
+    assert sorted({run.seed for run in study.runs}) == list(range(50))
+    assert all(not run.grid and set(run.fixed) == {"data.data_dir"} for run in study.runs)
+    assert study.folders == [Path("results/paper")]
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in STUDIES.glob("*.yaml")))
+def test_a_committed_study_finds_its_records_and_their_commands(name, monkeypatch):
+    """A study re-run skips its committed records: every record in its folders is one of its runs, made by the
+    command the study builds for it (flag order aside; an interrupted run's record adds ``--ckpt_path last``)."""
+    monkeypatch.chdir(REPO)
+    study = experiments.load_study(f"configs/studies/{name}.yaml")
+    built = commands_of(study)
+    for folder in study.folders:
+        for path in folder.glob("*.json"):
+            record = json.loads(path.read_text())
+            assert str(path) in built, f"{path} is no run of {name}.yaml"
+            tokens = shlex.split(record["command"])
+            done = dict(zip(tokens[4::2], tokens[5::2]))
+            done.pop("--ckpt_path", None)
+            done["--config"] = os.path.relpath(done["--config"], REPO)  # the first records named it absolutely
+            assert done == built[str(path)], path
+            assert record["fixed"] == next(r.fixed for r in study.runs if str(r.record) == str(path))
+
+
+def test_the_imbalanced_study_states_the_proportions_it_describes():
+    """Its vectors are geometric_proportions(10, r) and the misspecified twins (class k scaled by 1.3 for even k,
+    0.7 for odd k, renormalised), each rounded to 4 decimals with the largest entry 1 minus the others."""
+    def rounded(w: list[float]) -> list[float]:
+        out = [round(p, 4) for p in w]
+        top = max(range(len(w)), key=lambda k: w[k])
+        out[top] = round(1 - math.fsum(p for k, p in enumerate(out) if k != top), 4)
+        return out
+
+    def misspecified(w: list[float]) -> list[float]:
+        off = [p * (1.3 if k % 2 == 0 else 0.7) for k, p in enumerate(w)]
+        return [p / math.fsum(off) for p in off]
+
+    study = studies.load_study(STUDIES / "imbalanced.yaml")
+    stated = {}
+    for run in study.runs:
+        data = json.loads(run.fixed.get("data.init_args.class_proportions", "[0.1]"))
+        stated[run.out.parent.name, run.out.name] = (data, json.loads(run.fixed.get("model.proportions", "null")))
+    for name, true in {"two_digits": [0.2, 0.8], "geometric10": geometric_proportions(10, 10.0),
+                       "geometric3": geometric_proportions(10, 3.0)}.items():
+        assert stated[name, "uniform_w"] == (rounded(true), None)
+        assert stated[name, "true_w"] == (rounded(true), rounded(true))
+        assert stated[name, "misspecified_w"] == (rounded(true), rounded(misspecified(true)))
+    assert stated["balanced", "misspecified_w"][1] == [0.13, 0.07] * 5
+    assert stated["two_digits", "misspecified_w"][1] == [0.3171, 0.6829]  # (0.2 * 1.3, 0.8 * 0.7) / 0.82
+
+
+# ---- running ---------------------------------------------------------------------------------------------------
+
+
+def test_runs_spread_over_the_gpus_jobs_a_gpu(tmp_path, monkeypatch):
+    """4 runs, 2 GPUs, 2 jobs: each run sees one GPU through CUDA_VISIBLE_DEVICES, never more than 2 at once on it."""
+    study = studies.parse_study({"out": str(tmp_path), "configs": [MNIST_OT], "seeds": "0-3"})
+    lock, live, most, seen = threading.Lock(), {"3": 0, "5": 0}, {"3": 0, "5": 0}, []
+
+    class Fit:
+        def __init__(self, cmd, env, **kwargs):
+            self.gpu = env["CUDA_VISIBLE_DEVICES"]
+            assert env["OMP_NUM_THREADS"] == "2"
+            with lock:
+                seen.append(self.gpu)
+                live[self.gpu] += 1
+                most[self.gpu] = max(most[self.gpu], live[self.gpu])
+
+        def wait(self) -> int:
+            time.sleep(0.2)
+            with lock:
+                live[self.gpu] -= 1
+            return 1  # failed: no record to read
+
+    monkeypatch.setattr(studies.subprocess, "Popen", Fit)
+    assert studies.run_local(study, jobs=2, threads=2, gpus=["3", "5"]) == 1
+    assert sorted(seen) == ["3", "3", "5", "5"] and max(most.values()) == 2
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,7")  # a child's ids are this process's own
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 2)
+    assert studies.visible_gpus() == ["6", "7"]
+
+
+def test_sigterm_to_the_runner_reaches_the_fit_and_starts_no_other(tmp_path, monkeypatch):
+    """A stand-in fit exits 143 on SIGTERM, as lit_otclust's does after saving last.ckpt; the runner, signalled while
+    the first of two runs is in flight, passes it on, starts nothing more and exits 143."""
+    study = studies.parse_study({"out": str(tmp_path), "configs": [MNIST_OT], "seeds": [0, 1]})
+    fit = ("import pathlib, signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(143)); "
+           "pathlib.Path(sys.argv[1]).touch(); time.sleep(60)")
+    monkeypatch.setattr(studies.Run, "command", lambda run: ["python", "-c", fit, str(run.root / "started")])
+
+    def signal_once_started() -> None:
+        while not (study.runs[0].root / "started").exists():
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=signal_once_started, daemon=True).start()
+    start = time.time()
+    assert studies.run_local(study, jobs=1, gpus=[]) == studies.SIGTERM_EXIT
+    assert time.time() - start < 30
+    assert not (study.runs[1].root / "started").exists() and not list(tmp_path.glob("*.json"))
+
+
+def test_the_slurm_array_runs_what_is_left_and_requeues_a_stopped_task(tmp_path, monkeypatch):
+    """The array script, run by bash with stand-ins for srun and scontrol: task i runs the i-th run without a record
+    (``run STUDY --run NAME``), and a task whose run exits 143 requeues itself. A second submission with every
+    record written submits nothing."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({"out": "res", "configs": [MNIST_OT], "seeds": "0-2",
+                                                     "grid": {"model.epsilon": [0.1]}}))
+    study = studies.load_study("s.yaml")
+    (tmp_path / "res").mkdir()
+    study.runs[0].record.write_text("{}")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool, body in {"sbatch": 'echo "$@" >> sbatch.args; echo "Submitted batch job 7"',
+                       "srun": 'echo "$@" > srun.args; exit ${SRUN_EXIT}',
+                       "scontrol": 'echo "$@" > scontrol.args'}.items():
+        (bin_dir / tool).write_text(f"#!/usr/bin/env bash\n{body}\n")
+        (bin_dir / tool).chmod(stat.S_IRWXU)
+    script = studies.submit_slurm(study, threads=2, jobs=4, options=["--gpus-per-task=1"], sbatch=str(bin_dir / "sbatch"))
+    text = script.read_text()
+    assert script == Path("res/runs/slurm/s.sbatch") and (tmp_path / "sbatch.args").read_text().split() == [str(script)]
+    for line in ("#SBATCH --array=0-1%4", "#SBATCH --cpus-per-task=2", "#SBATCH --signal=TERM@120", "#SBATCH --requeue",
+                 "#SBATCH --gpus-per-task=1", f"#SBATCH --chdir={tmp_path}", "#SBATCH --open-mode=append"):
+        assert line in text.splitlines()
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_JOB_ID": "12", "SLURM_ARRAY_TASK_ID": "1"}
+    for status in (143, 0, 1):
+        (tmp_path / "scontrol.args").unlink(missing_ok=True)
+        done = subprocess.run(["bash", str(script)], env={**env, "SRUN_EXIT": str(status)}, capture_output=True)
+        assert done.returncode == status
+        requeue = (tmp_path / "scontrol.args").read_text().split() if (tmp_path / "scontrol.args").exists() else None
+        assert requeue == (["requeue", "12"] if status == 143 else None)
+    srun = shlex.split((tmp_path / "srun.args").read_text())
+    assert srun[1:] == ["-m", "lit_otclust.experiments", "run", "s.yaml", "--threads", "2", "--run",
+                        "mnist_ot__epsilon=0.1__seed=2"]
+    assert study.find(srun[-1]) is study.runs[2]
+    for run in study.runs:
+        run.record.write_text("{}")
+    assert studies.submit_slurm(study, sbatch=str(bin_dir / "sbatch")) is None
+    assert len((tmp_path / "sbatch.args").read_text().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_the_smoke_study_writes_its_two_records_and_skips_them_the_second_time(data_dir, tmp_path, monkeypatch, capsys):
+    """``run`` on configs/studies/smoke.yaml (out and data moved here, 2 epochs): each record holds what the fit's
+    CSV log holds, the confusion counts and what reproduces it; a second call starts nothing."""
+    monkeypatch.chdir(REPO)
+    spec = yaml.safe_load((STUDIES / "smoke.yaml").read_text())
+    spec.update(out=str(tmp_path), epochs=2, set={"data.data_dir": str(data_dir), "figures.every_n_epochs": 1})
+    study = studies.parse_study(spec, STUDIES / "smoke.yaml")
+    assert studies.run_local(study, jobs=1, gpus=[]) == 0
+    records = experiments.load(tmp_path)
+    assert [r["seed"] for r in records] == [0, 1]
+    for record, run in zip(records, study.runs):
+        assert sorted(record["curves"], key=int) == ["0", "1"]
+        csv_rows = experiments.read_curves(run.root / "csv" / "version_0" / "metrics.csv")
+        assert record["final"]["val/acc"] == csv_rows[1]["val/acc"] > 0.2
+        assert record["command"] == shlex.join(run.command()) and record["command"].startswith(
+            f"python -m lit_otclust fit --config configs/smoke.yaml --seed_everything {run.seed}")
+        assert record["study"] == str(STUDIES / "smoke.yaml") and record["omp_num_threads"] == 1 and record["torch"]
+        # The confusion counts of each epoch: all 1000 images, their matched counts the epoch's logged accuracy.
+        for epoch, counts in record["confusion"].items():
+            counts = np.array(counts["counts"])
+            assert counts.shape == (10, 10) and counts.sum() == 1000
+            assert np.trace(counts) / 1000 == pytest.approx(record["curves"][epoch]["val/acc"], abs=1e-6)
+    written = {p: p.stat().st_mtime_ns for p in tmp_path.glob("*.json")}
+    capsys.readouterr()
+    assert studies.run_local(study, jobs=1, gpus=[]) == 0
+    assert f"2 runs in {tmp_path}: 2 done, 0 to run" in capsys.readouterr().out
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("*.json")} == written
+
+
+def test_a_resumed_runs_seconds_count_every_attempt_up_to_its_last_checkpoint(tmp_path):
+    """Attempt 1 runs from t=100 and is killed after its last checkpoint at t=400; attempt 2 resumes at
+    t=1000 and ends at t=1500: 300 + 500 seconds, not the last attempt's 500."""
+    ckpt = tmp_path / "checkpoints" / "last.ckpt"
+    assert studies._attempts_seconds(tmp_path, 100.0, done=False) == 0
+    ckpt.parent.mkdir()
+    ckpt.write_bytes(b"")
+    os.utime(ckpt, (400.0, 400.0))
+    assert studies._attempts_seconds(tmp_path, 1000.0, done=False) == 300
+    assert studies._attempts_seconds(tmp_path, 1500.0, done=True) == 800
+    # A run done in one attempt counts that attempt alone.
+    other = tmp_path / "other"
+    other.mkdir()
+    studies._attempts_seconds(other, 10.0, done=False)
+    assert studies._attempts_seconds(other, 60.0, done=True) == 50
+
+
+def test_a_records_commit_is_dirty_for_code_changes_not_for_results(tmp_path, monkeypatch):
+    """A study rewrites its results tables as runs land; only a change to the code or the configs is '+dirty'."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q")
+    for path in ("lit_otclust/ot.py", "configs/a.yaml", "results/table.md"):
+        (tmp_path / path).parent.mkdir(exist_ok=True)
+        (tmp_path / path).write_text("v1\n")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    head = git("rev-parse", "HEAD").strip()
+    monkeypatch.setattr(studies, "REPO", tmp_path)
+    (tmp_path / "results/table.md").write_text("v2\n")
+    assert studies._commit() == head
+    (tmp_path / "configs/a.yaml").write_text("v2\n")
+    assert studies._commit() == head + "+dirty"
+
+
+# ---- reports ---------------------------------------------------------------------------------------------------
 
 
 def test_table_reports_mean_std_range_and_welch_test(tmp_path):
@@ -40,46 +342,29 @@ def test_table_reports_mean_std_range_and_welch_test(tmp_path):
     assert f"| mnist | ot |  | {np.mean(ot):.3f} | — | — |" in text
 
 
-def test_bad_override_names_itself(tmp_path):
-    with pytest.raises(ValueError, match="key=value"):
-        experiments.run(str(tmp_path), ["mnist_ot"], set=["trainer.max_epochs"])
-    with pytest.raises(FileNotFoundError, match="configs/mnist_nope.yaml"):
-        experiments.run(str(tmp_path), ["mnist_nope"])
-
-
-def test_notebook_runs_on_a_tiny_result_set(tmp_path, monkeypatch):
-    write_runs(tmp_path / "sweep", {"ot": [0.8, 0.9], "ae_kmeans": [0.7, 0.75]})
-    monkeypatch.setenv("LIT_OTCLUST_RESULTS", str(tmp_path / "sweep"))
-    nb = nbformat.read(REPO / "notebooks" / "results.ipynb", as_version=4)
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(REPO / "notebooks")}}).execute()
-    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
-    assert not [o for o in outputs if o.output_type == "error"]
-    assert any("4 runs" in o.get("text", "") for o in outputs)
-    assert any("image/png" in o.get("data", {}) for o in outputs)
-    # The notebook shows the table experiments.table renders from the same records: means, stds, ranges.
-    text = "".join(o.get("text", "") + o.get("data", {}).get("text/markdown", "") for o in outputs)
-    assert f"0.850 (± {np.std([0.8, 0.9], ddof=1):.3f}) | [0.800, 0.900]" in text
-    assert f"0.725 (± {np.std([0.7, 0.75], ddof=1):.3f}) | [0.700, 0.750]" in text
-    assert (tmp_path / "sweep" / "figure1_mnist.png").stat().st_size > 1000
-
-
-def test_run_writes_the_record_of_a_real_fit(data_dir, tmp_path):
-    """``run`` on the smoke config: the record holds what the fit's CSV log holds, and a portable command."""
-    experiments.run(str(tmp_path), ["smoke"], seeds=[1], set=[f"data.init_args.data_dir={data_dir}",
-                                                                 "trainer.max_epochs=2", "figures.every_n_epochs=1"])
-    (record,) = experiments.load(tmp_path)
-    assert record["seed"] == 1 and sorted(record["curves"], key=int) == ["0", "1"]
-    csv_rows = experiments.read_curves(next((tmp_path / "runs").glob("*/csv/version_0/metrics.csv")))
-    assert record["final"]["val/acc"] == csv_rows[1]["val/acc"] > 0.2
-    assert record["command"].startswith("python -m lit_otclust fit --config configs/smoke.yaml --seed_everything 1")
-    # The confusion counts drawn every epoch land in the record by epoch: all 1000 images, and the matched
-    # counts (the diagonal) give the epoch's logged accuracy.
-    assert sorted(record["confusion"], key=int) == ["0", "1"]
-    for epoch, table in record["confusion"].items():
-        counts = np.array(table["counts"])
-        assert counts.shape == (10, 10) and counts.sum() == 1000
-        assert np.trace(counts) / 1000 == pytest.approx(record["curves"][epoch]["val/acc"], abs=1e-6)
-    assert "skip" in experiments._run_one(tmp_path, "smoke", {}, {}, 1, 1, False)  # a finished run is not redone
+def test_report_writes_a_studys_table_figures_and_paired_tests(tmp_path, monkeypatch):
+    """``report`` on a synthetic study: its table.md is :func:`table`'s, with scipy's numbers; a second report leaves
+    the files as they were; the paired tests are scipy's ttest_rel, and a run not landed yet is a row saying so."""
+    monkeypatch.chdir(tmp_path)
+    ot, skm = [0.80, 0.85, 0.90], [0.70, 0.72, 0.95]
+    write_runs(tmp_path / "res", {"ot": ot, "soft_kmeans": skm})
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({
+        "out": "res", "configs": [MNIST_OT, MNIST_OT.replace("mnist_ot", "mnist_soft_kmeans")], "seeds": "0-2",
+        "report": {"baselines": None, "compare": [{"a": "res:mnist_ot", "b": "res:mnist_soft_kmeans"},
+                                                  {"a": "res:mnist_ot:epsilon=1", "b": "res:mnist_ot"}]}}))
+    written = experiments.report(experiments.load_study("s.yaml"))
+    assert [p.name for p in written] == ["table.md", "figure1_mnist.png", "compare.md"]
+    table = (tmp_path / "res" / "table.md").read_text()
+    assert table == experiments.table("res", baselines=None)
+    assert f"| mnist | ot |  | 3 | {np.mean(ot):.3f} (± {np.std(ot, ddof=1):.3f}) | [0.800, 0.900] |" in table
+    p = stats.ttest_ind(ot, skm, equal_var=False).pvalue
+    assert f"| mnist |  | ot | soft_kmeans | {np.mean(ot) - np.mean(skm):+.3f} | {p:.3g} |" in table
+    before = {p: p.read_bytes() for p in written}
+    experiments.main(["report", "s.yaml"])
+    assert {p: p.read_bytes() for p in written} == before
+    compare = (tmp_path / "res" / "compare.md").read_text()
+    assert f"| {stats.ttest_rel(ot, skm).pvalue:.3g} |" in compare
+    assert "no runs of mnist_ot with settings ['epsilon=1'] in res" in compare
 
 
 def test_compare_pairs_runs_by_seed(tmp_path):
@@ -116,23 +401,6 @@ def test_the_power_of_the_paired_test_matches_its_limits_and_a_simulation():
     assert experiments.paired_power(0.041, 0.038, 10) == pytest.approx(rate, abs=0.01)
 
 
-def test_a_resumed_runs_seconds_count_every_attempt_up_to_its_last_checkpoint(tmp_path):
-    """Attempt 1 runs from t=100 and is killed after its last checkpoint at t=400; attempt 2 resumes at
-    t=1000 and ends at t=1500: 300 + 500 seconds, not the last attempt's 500."""
-    ckpt = tmp_path / "checkpoints" / "last.ckpt"
-    assert experiments._attempts_seconds(tmp_path, 100.0, done=False) == 0
-    ckpt.parent.mkdir()
-    ckpt.write_bytes(b"")
-    os.utime(ckpt, (400.0, 400.0))
-    assert experiments._attempts_seconds(tmp_path, 1000.0, done=False) == 300
-    assert experiments._attempts_seconds(tmp_path, 1500.0, done=True) == 800
-    # A run done in one attempt counts that attempt alone.
-    other = tmp_path / "other"
-    other.mkdir()
-    experiments._attempts_seconds(other, 10.0, done=False)
-    assert experiments._attempts_seconds(other, 60.0, done=True) == 50
-
-
 def test_figure2_points_put_runs_without_the_grid_key_at_the_configs_value(tmp_path):
     """Figure 2 from a protocol folder: the epsilon-grid runs at their epsilon, the protocol's runs (no grid) at
     ``grid_default``; the PNGs are written, and Figure 1 draws only the runs without the grid key."""
@@ -152,8 +420,8 @@ def test_figure2_points_put_runs_without_the_grid_key_at_the_configs_value(tmp_p
         0.01: pytest.approx([0.8, 0.9]), 1.0: [0.3, 0.5]}
     written = experiments.figures(str(tmp_path), grid_key="model.epsilon", grid_default=0.01)
     assert [Path(p).name for p in written] == ["figure1_mnist.png", "figure2_mnist.png"]
-    assert not (tmp_path / "figure2_mnist.md").exists()  # a notebook's call writes no table
-    experiments.main(["figures", "--out", str(tmp_path), "--grid_key", "model.epsilon", "--grid_default", "0.01"])
+    assert not (tmp_path / "figure2_mnist.md").exists()  # figures() draws; report_folder() writes the numbers
+    experiments.main(["report", "--out", str(tmp_path), "--grid_key", "model.epsilon", "--grid_default", "0.01"])
     # The figure's numbers as tables: numpy's population std, as the error bars; seed 2 has no grid run, so no row.
     table = (tmp_path / "figure2_mnist.md").read_text().splitlines()
     assert "| ot | 0.850 ± 0.050 (2) | 0.400 ± 0.100 (2) |" in table
@@ -162,38 +430,44 @@ def test_figure2_points_put_runs_without_the_grid_key_at_the_configs_value(tmp_p
 
 
 def test_the_proxy_check_leaves_out_grid_runs(tmp_path):
-    """results/proxy_check.py compares runs of the configs' own settings: Figure 2's runs at other epsilons, in the
-    same folder, must not enter its table, its Spearman correlation or its method means (they did once)."""
-    import subprocess
-    import sys
-
+    """The proxy check compares runs of the configs' own settings: Figure 2's runs at other epsilons, in the same
+    folder, must not enter its table, its Spearman correlation or its method means (they did once)."""
     write_runs(tmp_path, {"ot": [0.8, 0.7, 0.9], "soft_kmeans": [0.75, 0.8, 0.7]})
     for seed in range(3):
         record = json.loads((tmp_path / f"mnist_ot__seed={seed}.json").read_text())
         record.update(name=f"mnist_ot__epsilon=1__seed={seed}", grid={"model.epsilon": "1"})
         (tmp_path / f"{record['name']}.json").write_text(json.dumps(record))
-    out = subprocess.run([sys.executable, str(REPO / "results" / "proxy_check.py"), "--records", str(tmp_path),
-                          "--at", "1", "--proxy", ""], capture_output=True, text=True, check=True).stdout
+    out = experiments.proxy_check(str(tmp_path), at=1)
     assert out.count("| mnist_ot | ") == 3 + 1  # a row per seed, and the method's means
     assert "over the 6 runs" in out
+    rho = stats.spearmanr([0.8 * 2 / 3, 0.7 * 2 / 3, 0.9 * 2 / 3, 0.5, 0.8 * 2 / 3, 0.7 * 2 / 3],
+                          [0.8, 0.7, 0.9, 0.75, 0.8, 0.7]).statistic
+    assert f"over the 6 runs: {rho:.2f}" in out
 
 
-def test_a_records_commit_is_dirty_for_code_changes_not_for_results(tmp_path, monkeypatch):
-    """A sweep rewrites its results tables as runs land; only a change to the code or the configs is '+dirty'."""
-    import subprocess
+def test_the_confusion_report_names_the_classes_a_cluster_mixes():
+    """Cluster 0 holds all of class 0 and 30% of class 1, cluster 1 the other 70%: 1>0 30%, accuracy 170 / 200."""
+    counts = {"counts": [[100, 30], [0, 70]], "matched_class": [0, 1]}
+    record = {"seed": 0, "method": "ot", "grid": {}, "confusion": {"9": counts}}
+    text = experiments.confusion_report([record], ["ot"], [9, 19], share=0.15, source="test")
+    assert "| 0 | ot | 0.850: 1>0 30% | — |" in text
 
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True, text=True, check=True).stdout
 
-    git("init", "-q")
-    for path in ("lit_otclust/ot.py", "configs/a.yaml", "results/table.md"):
-        (tmp_path / path).parent.mkdir(exist_ok=True)
-        (tmp_path / path).write_text("v1\n")
-    git("add", "-A")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
-    head = git("rev-parse", "HEAD").strip()
-    monkeypatch.setattr(experiments, "REPO", tmp_path)
-    (tmp_path / "results/table.md").write_text("v2\n")
-    assert experiments._commit() == head
-    (tmp_path / "configs/a.yaml").write_text("v2\n")
-    assert experiments._commit() == head + "+dirty"
+def test_notebook_runs_on_a_tiny_study(tmp_path, monkeypatch):
+    write_runs(tmp_path / "sweep", {"ot": [0.8, 0.9], "ae_kmeans": [0.7, 0.75]})
+    study = tmp_path / "tiny.yaml"
+    study.write_text(yaml.safe_dump({"out": str(tmp_path / "sweep"), "seeds": [0, 1],
+                                     "configs": [MNIST_OT, MNIST_OT.replace("mnist_ot", "mnist_ae_kmeans")]}))
+    monkeypatch.setenv("LIT_OTCLUST_STUDY", str(study))
+    nb = nbformat.read(REPO / "notebooks" / "results.ipynb", as_version=4)
+    assert not [cell for cell in nb.cells if cell.get("outputs")]  # committed without outputs
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(REPO / "notebooks")}}).execute()
+    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert any(f"4 of 4 runs in {tmp_path / 'sweep'}" in o.get("text", "") for o in outputs)
+    assert any("image/png" in o.get("data", {}) for o in outputs)
+    # The notebook shows the table experiments.table renders from the same records: means, stds, ranges.
+    text = "".join(o.get("text", "") + o.get("data", {}).get("text/markdown", "") for o in outputs)
+    assert f"0.850 (± {np.std([0.8, 0.9], ddof=1):.3f}) | [0.800, 0.900]" in text
+    assert f"0.725 (± {np.std([0.7, 0.75], ddof=1):.3f}) | [0.700, 0.750]" in text
+    assert (tmp_path / "sweep" / "figure1_mnist.png").stat().st_size > 1000

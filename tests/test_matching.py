@@ -3,9 +3,7 @@ the two-digit data sets they are studied on, and the sweep's list-valued overrid
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import re
 from pathlib import Path
 
 import lightning as L
@@ -13,7 +11,7 @@ import pytest
 import torch
 import torchvision
 
-from lit_otclust import experiments
+from lit_otclust import studies
 from lit_otclust.callbacks import PhaseSwitch
 from lit_otclust.clustering import kmeans, labelled_examples, match_labels, match_sizes
 from lit_otclust.data import MNISTDataModule, geometric_proportions
@@ -210,16 +208,15 @@ def test_classes_keep_those_digits_relabelled_in_the_order_given(data_dir) -> No
 
 
 def test_the_sweep_passes_list_overrides_and_classes_set_the_clusters(data_dir, tmp_path, monkeypatch) -> None:
-    """The command ``experiments run`` builds from ``--set key=[...]`` gives the CLI those lists, and
-    ``data.classes`` sets the model's number of clusters through the CLI's link."""
+    """The command a study builds from list overrides (``set: {model.proportions: [0.2, 0.8]}``) gives the CLI
+    those lists, and ``data.classes`` sets the model's number of clusters through the CLI's link."""
     from lit_otclust.cli import OTClusterCLI
 
-    commands = []
-    monkeypatch.setattr(experiments.subprocess, "run", lambda cmd, **kw: commands.append(cmd) or type("P", (), {"returncode": 1}))
-    overrides = {"data.init_args.classes": "[1,2]", "data.init_args.class_proportions": "[0.2,0.8]",
-                 "model.proportions": "[0.2,0.8]", "data.init_args.data_dir": str(data_dir)}
-    experiments.run(str(tmp_path), ["mnist_ot"], set=[f"{k}={v}" for k, v in overrides.items()],
-                    grid=["phases.match_proportions=sizes,none"])
+    overrides = {"data.init_args.classes": [1, 2], "data.init_args.class_proportions": [0.2, 0.8],
+                 "model.proportions": [0.2, 0.8], "data.init_args.data_dir": str(data_dir)}
+    study = studies.parse_study({"out": str(tmp_path), "configs": [str(REPO / "configs" / "mnist_ot.yaml")],
+                                 "set": overrides, "grid": {"phases.match_proportions": ["sizes", "none"]}})
+    commands = [run.command() for run in study.runs]
     assert len(commands) == 2
     monkeypatch.setenv("WANDB_MODE", "disabled")
     cli = OTClusterCLI(DeepClustering, L.LightningDataModule, subclass_mode_data=True, run=False,
@@ -228,23 +225,3 @@ def test_the_sweep_passes_list_overrides_and_classes_set_the_clusters(data_dir, 
     assert cli.model.centers.shape[0] == 2 and cli.model.hparams.num_clusters == 2
     torch.testing.assert_close(cli.model.proportions, torch.tensor([0.2, 0.8]))
     assert cli.trainer.callbacks and any(getattr(cb, "match_proportions", None) == "sizes" for cb in cli.trainer.callbacks)
-
-
-# ---- the sweep script's numbers -----------------------------------------------------------------
-
-
-def test_the_imbalanced_scripts_state_the_vectors_their_generator_prints() -> None:
-    spec = importlib.util.spec_from_file_location("imbalanced_props", REPO / "results" / "imbalanced_props.py")
-    props = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(props)
-    # The first round states W2, W10 and their misspecified twins; the second W3, W3_OFF and W1_OFF.
-    script = "".join((REPO / "results" / f"run_imbalanced{r}_cpu.sh").read_text() for r in ("", "2"))
-    for name, w in props.vectors().items():
-        stated = re.search(rf"^{name}=\[([^\]]*)\]", script, re.MULTILINE)
-        assert stated and [float(v) for v in stated.group(1).split(",")] == w, name
-        assert abs(sum(w) - 1) < 1e-9
-    assert props.vectors()["W2_OFF"] == [0.3171, 0.6829]  # (0.2 * 1.3, 0.8 * 0.7) / 0.82
-    geometric = geometric_proportions(10, 10.0)
-    assert max(abs(a - b) for a, b in zip(props.vectors()["W10"], geometric)) < 1e-4
-    assert max(abs(a - b) for a, b in zip(props.vectors()["W3"], geometric_proportions(10, 3.0))) < 1e-4
-    assert props.vectors()["W1_OFF"] == [0.13, 0.07] * 5  # 0.1 * (1.3, 0.7), already summing to 1

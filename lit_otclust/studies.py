@@ -1,0 +1,425 @@
+"""Studies as data: a YAML file names a study's runs; one runner runs them, here or as a SLURM job array.
+
+A study file (``configs/studies/NAME.yaml``)::
+
+    out: results/study_recipe            # the records' folder, from the working directory
+    seeds: 0-4                           # a list, one seed, or a range "first-last"
+    epochs: 40                           # trainer.max_epochs, where not the configs' own
+    set: {data.data_dir: ../shared/data}  # overrides given to every run
+    runs:                                # blocks; a block takes every key above it does not set; its `set` wins
+      - configs: [configs/mnist_ot.yaml, configs/mnist_soft_kmeans.yaml]
+      - configs: [configs/mnist_ot.yaml]
+        grid: {model.reg_m_start: [0.01]}   # one run per value (several keys: their product)
+        set: {model.anneal_epochs: 20}
+        folder: anneal                   # records in out/anneal, for runs whose `set` differs from their neighbours'
+    report: {grid_key: model.epsilon}    # what `experiments report` writes besides the table and Figure 1
+
+A study without ``runs`` is one block. Config paths are read from the working directory, else from the study file's
+folder. A run's record is ``<out>[/<folder>]/<config>__<key=value...>__seed=<s>.json``, the grid's settings named
+by their keys' last component, sorted: a record name carries the grid, not ``set`` (hence ``folder``). Values are
+passed as YAML reads them (``true`` as ``true``, a list as ``[a,b]``): quote one whose text matters (``"1e-3"``).
+
+A run whose record exists is skipped and an interrupted one resumes from its ``last.ckpt``, so a study is
+finished by running it again. A record holds the run's settings, final metrics and per-epoch curves (from the CSV
+log, so nothing depends on W&B), and what reproduces it: command, commit, OMP_NUM_THREADS, torch version, study.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from queue import Queue
+from typing import Any, Iterator
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]  # for the commit of the code only: configs come from the study file
+CURVE_KEYS = ("val/acc", "val/acc_potential", "val/nmi", "val/ari", "heldout/acc", "train/loss",
+              "train/recon", "train/cluster", "train/sinkhorn_iters", "train/plan_moved", "train/sinkhorn_unconverged",
+              "val/size_min", "val/size_max")
+SIGTERM_EXIT = 143  # what a fit stopped by SIGTERM exits with, after saving last.ckpt (lit_otclust.cli)
+_BLOCK_KEYS = {"configs", "seeds", "epochs", "set", "grid", "folder"}
+_STUDY_KEYS = _BLOCK_KEYS | {"out", "runs", "report"}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One fit of a study: a config, a seed, a grid point and the overrides every run of its block gets."""
+
+    config: str  # as the command names it: relative to the working directory where possible
+    seed: int
+    grid: dict[str, str]
+    fixed: dict[str, str]
+    out: Path  # the folder of its record
+
+    @property
+    def name(self) -> str:
+        tags = [f"{key.split('.')[-1]}={value}" for key, value in sorted(self.grid.items())]
+        return "__".join([Path(self.config).stem, *tags, f"seed={self.seed}"])
+
+    @property
+    def record(self) -> Path:
+        return self.out / f"{self.name}.json"
+
+    @property
+    def root(self) -> Path:
+        """Its logs and checkpoints."""
+        return self.out / "runs" / self.name
+
+    @property
+    def done(self) -> bool:
+        return self.record.exists()
+
+    def command(self, python: str = "python") -> list[str]:
+        """The fit command; ``--ckpt_path last`` where an interrupted attempt (no record) left a checkpoint."""
+        cmd = [python, "-m", "lit_otclust", "fit", "--config", self.config, "--seed_everything", str(self.seed),
+               "--trainer.default_root_dir", str(self.root), "--trainer.enable_progress_bar", "false",
+               "--trainer.enable_model_summary", "false"]
+        for key, value in {**self.fixed, **self.grid}.items():
+            cmd += [f"--{key}", value]
+        if not self.done and (self.root / "checkpoints" / "last.ckpt").exists():
+            cmd += ["--ckpt_path", "last"]
+        return cmd
+
+
+@dataclass(frozen=True)
+class Study:
+    """A study file read: where it is, its output folder, its runs in order, and its report's options."""
+
+    path: Path | None
+    out: Path
+    runs: list[Run]
+    report: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def folders(self) -> list[Path]:
+        """The folders its records go to, in the order of its runs."""
+        return list(dict.fromkeys(run.out for run in self.runs))
+
+    def label(self, run: Run) -> str:
+        """A run's record path without ``.json``, from the study's folder: what ``run --run`` takes."""
+        return str((run.out / run.name).relative_to(self.out))
+
+    def find(self, label: str) -> Run:
+        for run in self.runs:
+            if self.label(run) == label:
+                return run
+        raise ValueError(f"no run {label!r} in {self.path or self.out}: the study file changed since its submission?")
+
+
+def _text(value: Any) -> str:
+    """A YAML value as the CLI reads it: ``true``, ``0.01``, ``[0.2,0.8]``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_text(v) for v in value) + "]"
+    return "null" if value is None else str(value)
+
+
+def _seeds(value: Any) -> list[int]:
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, str):
+        first, sep, last = value.partition("-")
+        if sep and first.strip().isdigit() and last.strip().isdigit():
+            return list(range(int(first), int(last) + 1))
+        raise ValueError(f"seeds {value!r} must be a list, one seed, or a range like '0-49'")
+    return [int(s) for s in value]
+
+
+def _config_path(config: str, base: Path | None) -> str:
+    """``config`` from the working directory, else from the study file's folder; as the command names it."""
+    for folder in (Path.cwd(), base):
+        if folder is not None and (folder / config).is_file():
+            path = (folder / config).resolve()
+            return os.path.relpath(path) if path.is_relative_to(Path.cwd()) else str(path)
+    where = " or ".join(str(f) for f in (Path.cwd(), base) if f is not None)
+    raise FileNotFoundError(f"config {config!r} not found from {where}")
+
+
+def parse_study(spec: dict[str, Any], path: Path | None = None) -> Study:
+    """A study from its file's contents (``path``: the file, for config paths relative to it and the records)."""
+    unknown = set(spec) - _STUDY_KEYS
+    if unknown or "out" not in spec:
+        raise ValueError(f"study {path or ''}: keys {sorted(unknown)} unknown, or no 'out' (keys: {sorted(_STUDY_KEYS)})")
+    out = Path(spec["out"])
+    base = path.parent if path is not None else None
+    runs: dict[Path, Run] = {}
+    for block in spec.get("runs", [{}]):
+        if set(block) - _BLOCK_KEYS:
+            raise ValueError(f"study {path or ''}: a block's keys {sorted(set(block) - _BLOCK_KEYS)} unknown "
+                             f"(keys: {sorted(_BLOCK_KEYS)})")
+        merged = {**{k: v for k, v in spec.items() if k in _BLOCK_KEYS}, **block}
+        if not merged.get("configs"):
+            raise ValueError(f"study {path or ''}: a block names no configs")
+        # The block's own overrides first and winning, then its epochs, then the study's.
+        fixed = {key: _text(v) for key, v in block.get("set", {}).items()}
+        if "epochs" in merged:
+            fixed.setdefault("trainer.max_epochs", _text(merged["epochs"]))
+        for key, value in spec.get("set", {}).items():
+            fixed.setdefault(key, _text(value))
+        grid = {key: [_text(v) for v in (values if isinstance(values, list) else [values])]
+                for key, values in merged.get("grid", {}).items()}
+        points = [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]
+        folder = out / merged["folder"] if "folder" in merged else out
+        configs = [_config_path(c, base) for c in merged["configs"]]
+        for seed in _seeds(merged.get("seeds", [0])):  # seed-major: a seed's runs land together
+            for config in configs:
+                for point in points:
+                    run = Run(config, seed, point, fixed, folder)
+                    if runs.setdefault(run.record, run).fixed != fixed:
+                        raise ValueError(f"study {path or ''}: {run.record} is named twice with different overrides")
+    return Study(path, out, list(runs.values()), spec.get("report", {}))
+
+
+def load_study(path: str | Path) -> Study:
+    """The study a YAML file describes (see the module's docstring)."""
+    path = Path(path)
+    return parse_study(yaml.safe_load(path.read_text()), path)
+
+
+def read_curves(csv_path: Path, keys: tuple[str, ...] | None = CURVE_KEYS) -> dict[int, dict[str, float]]:
+    """Per-epoch metrics of a Lightning CSV log, one dict per epoch (only ``keys``; all if None)."""
+    rows: dict[int, dict[str, float]] = defaultdict(dict)
+    with open(csv_path) as fh:
+        for row in csv.DictReader(fh):
+            if row.get("epoch"):
+                rows[int(row["epoch"])].update({k: float(v) for k, v in row.items()
+                                                if v and k != "epoch" and (keys is None or k in keys)})
+    return dict(sorted(rows.items()))
+
+
+def read_confusions(folder: Path) -> dict[int, dict[str, list]]:
+    """The confusion counts :class:`~lit_otclust.figures.ClusterFigures` wrote in ``folder``, by epoch (0-based)."""
+    from lit_otclust.figures import read_confusion_csv  # here: the figures module imports Lightning and matplotlib
+
+    files = Path(folder).glob("confusion_epoch*.csv")
+    return {int(p.stem.removeprefix("confusion_epoch")): read_confusion_csv(p) for p in sorted(files)}
+
+
+def _commit() -> str | None:
+    """The code's git commit (with ``+dirty`` if the code or the configs have changes), so a record names what
+    ran. Results written beside the runs (a study's tables) do not make the code dirty."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "lit_otclust", "configs"],
+                               cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def _attempts_seconds(root: Path, now: float, done: bool) -> float:
+    """Wall seconds of a run over all its attempts, kept in ``root/attempts.json`` as [start, end] pairs.
+
+    Called with ``done=False`` when an attempt starts and ``done=True`` when it ends. An attempt killed on
+    the way (the session stopped) never wrote its end: its useful work ended at its last checkpoint, which
+    the next attempt resumes from, so ``last.ckpt``'s modification time closes it (the epochs after it are
+    redone and counted once). Returns the sum so far (the attempts before this one when starting)."""
+    path = root / "attempts.json"
+    attempts = json.loads(path.read_text()) if path.exists() else []
+    last_ckpt = root / "checkpoints" / "last.ckpt"
+    if attempts and attempts[-1][1] is None and not done:
+        attempts[-1][1] = last_ckpt.stat().st_mtime if last_ckpt.exists() else attempts[-1][0]
+    if done:
+        attempts[-1][1] = now
+    else:
+        attempts.append([now, None])
+    path.write_text(json.dumps(attempts) + "\n")
+    return sum(end - start for start, end in attempts if end is not None)
+
+
+# The fits in flight, so that a SIGTERM to the runner reaches them (they save last.ckpt and exit 143) and no
+# other run starts after it.
+_live: set[subprocess.Popen] = set()
+_stopping = threading.Event()
+
+
+@contextmanager
+def _forward_sigterm() -> Iterator[None]:
+    """SIGTERM to this process stops it the way it stops a fit: the fits in flight get it, and none starts after."""
+    def forward(signum: int, frame: object) -> None:
+        _stopping.set()
+        for proc in list(_live):
+            proc.send_signal(signal.SIGTERM)
+
+    _stopping.clear()
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set a handler
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, forward)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def execute(run: Run, study_file: Path | None, threads: int = 1, wandb: bool = False,
+            gpu: str | None = None) -> tuple[int, str]:
+    """Fit ``run`` unless its record exists, then write the record. Returns (exit status, a line saying what happened)."""
+    if run.done:
+        return 0, f"skip {run.name}"
+    if _stopping.is_set():
+        return SIGTERM_EXIT, f"not started {run.name}: stopping"
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+           "WANDB_MODE": os.environ.get("WANDB_MODE", "offline") if wandb else "disabled", "WANDB_SILENT": "true"}
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    command = run.command()
+    run.root.mkdir(parents=True, exist_ok=True)
+    _attempts_seconds(run.root, time.time(), done=False)
+    with open(run.root / "stdout.log", "a") as log:
+        proc = subprocess.Popen([sys.executable, *command[1:]], env=env, stdout=log, stderr=subprocess.STDOUT)
+        _live.add(proc)
+        try:
+            status = proc.wait()
+        finally:
+            _live.discard(proc)
+    if status != 0:  # the attempt stays open: the next one closes it at the last checkpoint (_attempts_seconds)
+        why = "stopped by SIGTERM, last.ckpt saved" if status == SIGTERM_EXIT else "failed"
+        return status, f"{why}: {run.name} (exit {status}; see {run.root / 'stdout.log'})"
+    logs = sorted((run.root / "csv").glob("version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[1]))
+    curves: dict[int, dict[str, float]] = {}
+    for log_file in logs:  # a resumed run writes a new version: later versions win
+        curves.update(read_curves(log_file))
+    dataset, _, method = run.name.split("__")[0].partition("_")
+    record = {"name": run.name, "config": Path(run.config).stem, "dataset": dataset, "method": method,
+              "seed": run.seed, "grid": run.grid, "fixed": run.fixed,
+              "seconds": round(_attempts_seconds(run.root, time.time(), done=True), 1),
+              "final": curves[max(curves)] if curves else {}, "curves": curves, "command": shlex.join(command),
+              "commit": _commit(), "omp_num_threads": threads, "torch": metadata.version("torch"),
+              "study": None if study_file is None else str(study_file)}
+    confusion = read_confusions(run.root / "figures")
+    if confusion:  # clusters x classes every `figures.every_n_epochs` epochs: which classes merge or split, and when
+        record["confusion"] = confusion
+    run.record.write_text(json.dumps(record, indent=1) + "\n")
+    return 0, f"done {run.name}: val/acc {record['final'].get('val/acc', float('nan')):.4f} in {record['seconds']:.0f}s"
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process sees, as the ids a child's CUDA_VISIBLE_DEVICES takes (this one's own list, if set)."""
+    import torch  # here: the dry run and the SLURM launcher need no torch
+
+    count = torch.cuda.device_count()
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return ([d.strip() for d in listed.split(",")] if listed else [str(i) for i in range(count)])[:count]
+
+
+def dry_run(study: Study) -> None:
+    """One line per run on stdout: its fit command, ``# done: `` before it if its record exists."""
+    done = sum(run.done for run in study.runs)
+    print(f"{len(study.runs)} runs in {study.out}: {done} done, {len(study.runs) - done} to run", file=sys.stderr)
+    for run in study.runs:
+        print(("# done: " if run.done else "") + shlex.join(run.command()))
+
+
+def run_local(study: Study, jobs: int = 1, threads: int = 1, wandb: bool = False,
+              gpus: list[str] | None = None) -> int:
+    """Run the study's runs that have no record, ``jobs`` at a time, or ``jobs`` per GPU where GPUs are visible
+    (``gpus``: their ids; None: :func:`visible_gpus`). Returns 0, 1 if a run failed, or 143 if stopped by SIGTERM."""
+    gpus = visible_gpus() if gpus is None else gpus
+    slots: Queue[str | None] = Queue()
+    for gpu in gpus or [None]:
+        for _ in range(jobs):
+            slots.put(gpu)
+    todo = [run for run in study.runs if not run.done]
+    where = f" on GPUs {','.join(gpus)}, {jobs} a GPU" if gpus else f", {jobs} at a time"
+    print(f"{len(study.runs)} runs in {study.out}: {len(study.runs) - len(todo)} done, {len(todo)} to run{where}",
+          flush=True)
+
+    def task(run: Run) -> tuple[int, str]:
+        gpu = slots.get()
+        try:
+            return execute(run, study.path, threads, wandb, gpu)
+        finally:
+            slots.put(gpu)
+
+    statuses = []
+    with _forward_sigterm(), ThreadPoolExecutor(max_workers=slots.qsize()) as pool:
+        for status, line in pool.map(task, todo):
+            statuses.append(status)
+            print(line, flush=True)
+    if _stopping.is_set():
+        return SIGTERM_EXIT
+    return 1 if any(statuses) else 0
+
+
+def run_named(study: Study, label: str, threads: int = 1, wandb: bool = False) -> int:
+    """Run the one run ``label`` names (:meth:`Study.label`), as a SLURM array task does; returns the fit's status."""
+    with _forward_sigterm():
+        status, line = execute(study.find(label), study.path, threads, wandb)
+    print(line, flush=True)
+    return status
+
+
+def slurm_script(study: Study, runs: list[Run], threads: int = 1, jobs: int | None = None,
+                 options: list[str] = ()) -> str:
+    """A SLURM job array of ``runs``, one a task. A task stopped by SIGTERM (pre-emption, or ``--signal`` before the
+    time limit) lets its fit save ``last.ckpt``, exits 143 and requeues itself; the requeued task resumes the run.
+    ``jobs``: at most that many tasks at a time; ``options``: more ``#SBATCH`` options (``--gpus-per-task=1``)."""
+    if study.path is None:
+        raise ValueError("a SLURM array runs a study file: this study has none")
+    logs = study.out / "runs" / "slurm"
+    run_one = shlex.join([sys.executable, "-m", "lit_otclust.experiments", "run", str(study.path), "--threads",
+                          str(threads), "--run"])
+    lines = ["#!/usr/bin/env bash",
+             f"# {len(runs)} runs of {study.path} without a record at submission, one per array task; written by",
+             "# `python -m lit_otclust.experiments run STUDY --launcher slurm`. SIGTERM (pre-emption, or 120 s before",
+             "# the time limit): the fit saves last.ckpt and exits 143, and the task requeues itself to resume it.",
+             f"#SBATCH --job-name={study.path.stem}",
+             f"#SBATCH --array=0-{len(runs) - 1}" + (f"%{jobs}" if jobs else ""),
+             "#SBATCH --ntasks=1",
+             f"#SBATCH --cpus-per-task={threads}",
+             "#SBATCH --signal=TERM@120",
+             "#SBATCH --requeue",
+             "#SBATCH --open-mode=append",
+             f"#SBATCH --output={logs.resolve()}/%A_%a.out",
+             f"#SBATCH --chdir={Path.cwd()}",
+             *[f"#SBATCH {option}" for option in options],
+             "set -uo pipefail",
+             "RUNS=(",
+             *[f"    {shlex.quote(study.label(run))}" for run in runs],
+             ")",
+             # A trap, not the default action, so that this shell outlives a SIGTERM and can requeue.
+             "trap 'echo \"SIGTERM: the run saves last.ckpt and stops\"' TERM",
+             f'srun {run_one} "${{RUNS[$SLURM_ARRAY_TASK_ID]}}"',
+             "status=$?",
+             f"if [ $status -eq {SIGTERM_EXIT} ]; then",
+             '    echo "stopped by SIGTERM; requeueing $SLURM_JOB_ID to resume from last.ckpt"',
+             '    scontrol requeue "$SLURM_JOB_ID"',
+             "fi",
+             "exit $status"]
+    return "\n".join(lines) + "\n"
+
+
+def submit_slurm(study: Study, threads: int = 1, jobs: int | None = None, options: list[str] = (),
+                 sbatch: str = "sbatch", dry_run: bool = False) -> Path | None:
+    """Write the array of the runs without a record to ``<out>/runs/slurm/<study>.sbatch`` and submit it (with
+    ``dry_run``, write it only). Returns the script's path, or None when every run has its record."""
+    todo = [run for run in study.runs if not run.done]
+    if not todo:
+        print(f"all {len(study.runs)} runs of {study.path} have their records: nothing submitted", file=sys.stderr)
+        return None
+    script = study.out / "runs" / "slurm" / f"{study.path.stem}.sbatch"
+    script.parent.mkdir(parents=True, exist_ok=True)  # SLURM writes the tasks' logs there, and does not create it
+    script.write_text(slurm_script(study, todo, threads, jobs, options))
+    if dry_run:
+        print(f"{len(todo)} array tasks written to {script}, not submitted", file=sys.stderr)
+    else:
+        out = subprocess.run([sbatch, str(script)], capture_output=True, text=True, check=True).stdout.strip()
+        print(f"{out}: {len(todo)} runs of {study.path} ({script})", file=sys.stderr)
+    return script
