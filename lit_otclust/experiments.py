@@ -221,7 +221,8 @@ def compare_table(pairs: list[dict[str, Any]]) -> str:
             continue
         lines.append(f"| `{pair['a']}` | `{pair['b']}` | {key} | {at} | {c['n_paired']} | {c['mean_a']:.3f} | "
                      f"{c['mean_b']:.3f} | {c['paired_diff']:+.3f} ± {c['paired_sd']:.3f} | "
-                     f"[{c['paired_ci_low']:+.3f}, {c['paired_ci_high']:+.3f}] | {c['paired_p']:.3g} | {c['welch_p']:.3g} |")
+                     f"[{c['paired_ci_low']:+.3f}, {c['paired_ci_high']:+.3f}] | {c['paired_p']:.3g} | "
+                     f"{c['welch_p']:.3g} |")
         if "against" in c:
             claims.append(f"- `{pair['a']}` - `{pair['b']}` against a difference of {c['against']:+.3f}: paired p = "
                           f"{c['against_p']:.3g}; these {c['n_paired']} pairs had power {c['against_power']:.2f} to "
@@ -389,13 +390,15 @@ def proxy_check(records: str, at: int = 39, proxy: str | None = None) -> str:
         rows.append((r["config"], r["seed"], r["curves"][str(at)]["val/acc"], r["curves"][last]["val/acc"], int(last)))
     lines = [f"{records}: val/acc after epoch {at} (0-based) and at the run's last epoch", "",
              f"| config | seed | proxy (epoch {at}) | last epoch | last |", "|---|---|---|---|---|"]
-    lines += [f"| {config} | {seed} | {short:.3f} | {last} | {final:.3f} |" for config, seed, short, final, last in rows]
+    lines += [f"| {config} | {seed} | {short:.3f} | {last} | {final:.3f} |"
+              for config, seed, short, final, last in rows]
     rho, p = stats.spearmanr([r[2] for r in rows], [r[3] for r in rows])
     lines += ["", f"Spearman rank correlation over the {len(rows)} runs: {rho:.2f} (p = {p:.2g})", "",
               "| config | runs | mean at the proxy | mean at the last epoch |", "|---|---|---|---|"]
     for config in sorted({r[0] for r in rows}):
         sel = [r for r in rows if r[0] == config]
-        lines.append(f"| {config} | {len(sel)} | {np.mean([r[2] for r in sel]):.3f} | {np.mean([r[3] for r in sel]):.3f} |")
+        short, final = np.mean([r[2] for r in sel]), np.mean([r[3] for r in sel])
+        lines.append(f"| {config} | {len(sel)} | {short:.3f} | {final:.3f} |")
     by = {(r[0], r[1]): r for r in rows}
     seeds = sorted({s for c, s in by if c == "mnist_ot" and ("mnist_soft_kmeans", s) in by})
     if seeds:

@@ -155,7 +155,8 @@ def parse_study(spec: dict[str, Any], path: Path | None = None) -> Study:
     """A study from its file's contents (``path``: the file, for config paths relative to it and the records)."""
     unknown = set(spec) - _STUDY_KEYS
     if unknown or "out" not in spec:
-        raise ValueError(f"study {path or ''}: keys {sorted(unknown)} unknown, or no 'out' (keys: {sorted(_STUDY_KEYS)})")
+        raise ValueError(f"study {path or ''}: keys {sorted(unknown)} unknown, or no 'out' "
+                         f"(keys: {sorted(_STUDY_KEYS)})")
     out = Path(spec["out"])
     base = path.parent if path is not None else None
     runs: dict[Path, Run] = {}
@@ -270,7 +271,8 @@ def _forward_sigterm() -> Iterator[None]:
 
 def execute(run: Run, study_file: Path | None, threads: int = 1, wandb: bool = False,
             gpu: str | None = None) -> tuple[int, str]:
-    """Fit ``run`` unless its record exists, then write the record. Returns (exit status, a line saying what happened)."""
+    """Fit ``run`` unless its record exists, then write its record. Returns the exit status and a line saying
+    what happened."""
     if run.done:
         return 0, f"skip {run.name}"
     if _stopping.is_set():

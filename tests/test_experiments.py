@@ -239,7 +239,8 @@ def test_the_slurm_array_runs_what_is_left_and_requeues_a_stopped_task(tmp_path,
                        "scontrol": 'echo "$@" > scontrol.args'}.items():
         (bin_dir / tool).write_text(f"#!/usr/bin/env bash\n{body}\n")
         (bin_dir / tool).chmod(stat.S_IRWXU)
-    script = studies.submit_slurm(study, threads=2, jobs=4, options=["--gpus-per-task=1"], sbatch=str(bin_dir / "sbatch"))
+    script = studies.submit_slurm(study, threads=2, jobs=4, options=["--gpus-per-task=1"],
+                                  sbatch=str(bin_dir / "sbatch"))
     text = script.read_text()
     assert script == Path("res/runs/slurm/s.sbatch") and (tmp_path / "sbatch.args").read_text().split() == [str(script)]
     for line in ("#SBATCH --array=0-1%4", "#SBATCH --cpus-per-task=2", "#SBATCH --signal=TERM@120", "#SBATCH --requeue",
