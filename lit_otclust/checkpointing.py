@@ -3,8 +3,6 @@
 - :class:`AtomicCheckpointIO` writes a checkpoint to a temporary file beside its target and
   renames it into place, so a job killed while writing (SIGKILL, node failure) leaves the
   previous ``last.ckpt`` readable instead of a truncated one.
-- :class:`LinkedLastCheckpoint` (the CLI's checkpoint callback) makes ``last.ckpt`` a hard link to the epoch's
-  checkpoint, renamed into place, instead of a second write of the same state.
 - :class:`SignalCheckpoint` stops the run on SIGTERM (what ``scancel``, SLURM's ``--signal``, Kubernetes and most
   schedulers send before killing) at a batch boundary every DDP rank agrees on, and saves ``last.ckpt``; also on
   Ctrl-C in one process. With the resumable training loader (:class:`lit_otclust.data.ResumableLoader`)
@@ -18,9 +16,6 @@ checkpoint, a collective, from inside the signal handler, which can deadlock DDP
 from __future__ import annotations
 
 import os
-import shutil
-import signal
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,6 +28,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from lit_otclust.startup import clear_sigterm, record_sigterm, sigterm_received
 
 
 
@@ -69,56 +66,15 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             os.fsync(fh.fileno())
 
 
-class LinkedLastCheckpoint(ModelCheckpoint):
-    """``ModelCheckpoint`` whose ``last.ckpt`` is a hard link to the checkpoint just saved, put in place atomically.
-
-    With ``save_last=True`` Lightning serialises the same state twice an epoch (``epochNNN.ckpt``, then
-    ``last.ckpt``), two writes and two fsyncs of ~12 MB for the MNIST model and its Adam state. Its
-    ``save_last="link"`` writes once, but as a symlink: removed before it is remade, and dangling from the next
-    epoch's removal of ``epochNNN.ckpt`` until the new link, so a job killed in between resumes from nothing. Here
-    the link is a hard link made beside ``last.ckpt`` and renamed over it: one write an epoch, and at every instant
-    a complete ``last.ckpt`` (removing the ``epochNNN.ckpt`` name frees nothing ``last.ckpt`` still links). Where a
-    hard link cannot be made (file systems without them, another device) it is a copy, synced and renamed the same
-    way; remote paths (``s3://...``), and a step where no other checkpoint was saved, save ``last.ckpt`` as
-    ``save_last=True`` does.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("save_last", "link")
-        super().__init__(*args, **kwargs)
-
-    def _generate_state_key(self, **kwargs: Any) -> str:
-        # ModelCheckpoint's key: a run checkpointed before this class resumes with its state (the last and kept
-        # files' paths). Under another key it started blank: it wrote last-v1.ckpt beside last.ckpt and never
-        # removed the old epoch's file.
-        return f"{ModelCheckpoint.__qualname__}{kwargs!r}"
-
-    def _link_checkpoint(self, trainer: L.Trainer, filepath: str, linkpath: str) -> None:
-        # Lightning links the last top-k file even when this save made none (a monitored metric that did not
-        # improve): last.ckpt would go back in time. Only a file saved at this very step is linked.
-        if "://" in str(linkpath) or self._last_global_step_saved != trainer.global_step:
-            self._save_checkpoint(trainer, linkpath)
-            return
-        if trainer.is_global_zero and os.path.abspath(filepath) != os.path.abspath(linkpath):
-            with _staged(Path(linkpath), "link") as tmp:
-                try:
-                    os.link(filepath, tmp)
-                except OSError:
-                    shutil.copyfile(filepath, tmp)
-                    with open(tmp, "rb+") as fh:
-                        os.fsync(fh.fileno())
-        trainer.strategy.barrier()
-
-
 class SignalCheckpoint(L.Callback):
     """Stops the run on SIGTERM at a batch boundary that every DDP rank agrees on, saves ``last.ckpt``, and (through
     the CLI) exits 143; also saves on Ctrl-C in a single process.
 
     Lightning's own SIGTERM handler broadcasts from inside the handler: a rank interrupted while its peer waits in
-    another collective (the distributed Sinkhorn issues several a step) waits forever in a broadcast the peer never
-    reaches, and the peer in an all-reduce this rank never finishes, until the job's time limit kills both without a
-    requeue. Here the handler only records the signal (and forwards it to the processes Lightning's launcher
-    started, as Lightning's does). At the end of every training batch each rank reduces the flag with
+    another collective (the distributed Sinkhorn issues several a step, the loops' set-up a few barriers) waits
+    forever in a broadcast the peer never reaches, and the peer in a collective this rank never finishes, until the
+    job's time limit kills both without a requeue. Here the handler only records the signal (and forwards it to the
+    processes Lightning's launcher started, as Lightning's does). At the end of every training batch each rank reduces the flag with
     ``strategy.reduce_boolean_decision`` (one all-reduce of one element, in the main flow, which every rank reaches
     in the same order), so all ranks learn of the signal at the same batch and stop together. The stop itself is
     Lightning's: its loops check ``trainer.received_sigterm`` right after that hook and raise ``SIGTERMException``
@@ -133,33 +89,26 @@ class SignalCheckpoint(L.Callback):
     """
 
     def __init__(self) -> None:
-        self._signalled = False  # set by the handler, on this rank
         self._pending = False  # agreed at an epoch's last batch: stop after the next one
         self._launcher = None
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        # Only a flag: no collective and no I/O (not even logging, whose locks the interrupted code may hold).
-        if not self._signalled and self._launcher is not None:
+        if not sigterm_received() and self._launcher is not None:
             self._launcher.kill(signum)  # ranks that Lightning's launcher started from this process
-        self._signalled = True
+        record_sigterm(signum, frame)
 
-    def _install(self, trainer: L.Trainer) -> None:
-        # After Lightning registered its handlers (just before the loops start), so this one replaces its
-        # in-handler broadcast; Lightning restores the original handlers when the run ends.
-        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) != self._on_sigterm:
-            self._launcher = trainer.strategy.launcher
-            signal.signal(signal.SIGTERM, self._on_sigterm)
-
-    def on_sanity_check_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._install(trainer)
-
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._install(trainer)
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # Lightning builds its SIGTERM handler, just before the loops start, from the connector's notifier, whose
+        # broadcast is the deadlock: this flag-only handler takes its place for the whole run, from the first
+        # collective of the run (the loops' set-up barriers) to the last. The notifier has no public replacement;
+        # tests/test_preemption.py fails if Lightning stops honouring this one.
+        self._launcher = trainer.strategy.launcher
+        trainer._signal_connector._sigterm_notifier_fn = self._on_sigterm
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         # Every rank reaches this hook once a batch and in the same order; the reduction is the agreement.
-        stop = trainer.strategy.reduce_boolean_decision(self._signalled, all=False) or self._pending
+        stop = trainer.strategy.reduce_boolean_decision(sigterm_received(), all=False) or self._pending
         if not stop:
             return
         if not self._pending and trainer.is_last_batch:  # the epoch's evaluation and checkpoint follow, on every rank: stop after them
@@ -172,13 +121,19 @@ class SignalCheckpoint(L.Callback):
         # batch). It has no public setter; it is set here, on every rank at the same batch, never in a handler.
         trainer._signal_connector.received_sigterm = True
 
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        clear_sigterm()  # a signal after the last batch: the run is complete
+        self._pending = False
+
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         if not isinstance(exception, (SIGTERMException, KeyboardInterrupt)):
             return
+        clear_sigterm()  # this stop answers the signal
+        self._pending = False
         if isinstance(exception, KeyboardInterrupt) and trainer.world_size > 1:
             return  # see the class docstring
         ckpt = next((cb for cb in trainer.checkpoint_callbacks if isinstance(cb, ModelCheckpoint) and cb.dirpath), None)
         if ckpt is None:
             return
         path = Path(ckpt.dirpath) / f"{ckpt.CHECKPOINT_NAME_LAST}{ckpt.FILE_EXTENSION}"
-        trainer.save_checkpoint(path)
+        trainer.save_checkpoint(path, weights_only=False)  # the full state, to resume from

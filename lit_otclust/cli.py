@@ -20,10 +20,9 @@ A LightningCLI that
 
 from __future__ import annotations
 
-import atexit
-import gc
 import json
 import os
+import signal
 import sys
 import warnings
 from pathlib import Path
@@ -41,7 +40,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning_utilities.core import rank_zero
 
 from lit_otclust.callbacks import ClusterWriter, PhaseSwitch
-from lit_otclust.checkpointing import AtomicCheckpointIO, LinkedLastCheckpoint, SignalCheckpoint
+from lit_otclust.checkpointing import AtomicCheckpointIO, SignalCheckpoint
 from lit_otclust.figures import ClusterFigures
 from lit_otclust.startup import resolve_wandb_mode
 from lit_otclust.system import DeepClustering
@@ -159,9 +158,9 @@ class OTClusterCLI(LightningCLI):
         # SignalCheckpoint, which saves into a ModelCheckpoint's folder, then saves nothing).
         checkpointing = trainer_cfg.get("enable_checkpointing", True) is not False
         if checkpointing and not any(isinstance(cb, ModelCheckpoint) for cb in callbacks):
-            # last.ckpt a hard link to the epoch's checkpoint: one write an epoch instead of two (checkpointing.py).
-            callbacks.append(LinkedLastCheckpoint(dirpath=root / "checkpoints", filename="epoch{epoch:03d}",
-                                                  auto_insert_metric_name=False))
+            # Every epoch's state and last.ckpt, both written atomically (AtomicCheckpointIO).
+            callbacks.append(ModelCheckpoint(dirpath=root / "checkpoints", filename="epoch{epoch:03d}",
+                                             auto_insert_metric_name=False, save_last=True))
         bar_wanted = trainer_cfg.get("enable_progress_bar", True) is not False
         if bar_wanted and not any(isinstance(cb, ProgressBar) for cb in callbacks):
             # Lightning's default bar redraws every step: ~1.3 ms of a ~22 ms MNIST step (measured in-process,
@@ -188,19 +187,7 @@ class OTClusterCLI(LightningCLI):
         return super().instantiate_trainer(callbacks=callbacks, **kwargs)
 
 
-def skip_nvml_check_without_gpus() -> None:
-    """Lightning's import sets ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` so that asking whether CUDA is there never
-    initialises it in a process that may fork. torch then loads NVML on every ``torch.cuda.is_available()``
-    until CUDA is initialised, and ``torch.optim.Adam`` asks on every step: on a machine without a GPU an
-    Adam step's fixed cost is 57 against 20 us (``python -m benchmarks.bench_nvml_check``). Where NVML counts no
-    GPU, no call can initialise CUDA, so torch's default check is as safe; with a GPU the setting stays (a
-    GPU run initialises CUDA before its first step, after which torch caches the count)."""
-    if os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK") == "1" and torch.cuda.device_count() == 0:
-        del os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"]
-
-
 def main(args: list[str] | None = None) -> OTClusterCLI:
-    skip_nvml_check_without_gpus()
     try:
         return OTClusterCLI(DeepClustering, L.LightningDataModule, subclass_mode_data=True,
                             save_config_kwargs={"overwrite": True}, args=args)
@@ -213,33 +200,21 @@ def main(args: list[str] | None = None) -> OTClusterCLI:
 def console() -> None:
     """The process's entry point (``lit-otclust`` and ``python -m lit_otclust``): :func:`main` without its return
     value, which the script's ``sys.exit(...)`` would print and turn into exit status 1 after a successful run."""
-    # Move what the imports built (torch, Lightning, torchmetrics: about a million objects) out of the garbage
-    # collector's reach: the interpreter's shutdown otherwise walks them all, ~2 s of every run's exit on 2 cores,
-    # and so does every later generation-2 pass (benchmarks/README.md). Here, not in main(): frozen objects are
-    # never collected, so a process that calls main() repeatedly (the tests) must not freeze the garbage of its
-    # earlier runs. The entry module (lit_otclust.__main__) turned the collector off for the imports; back on.
-    # No gc.collect() first (Python's documented disable-then-freeze pattern): it walked the imports' objects (over
-    # half a million) for ~13k unreachable ones, 8.3 MiB, left frozen instead: 0.43 s of every run's start on 2 cores
-    # (benchmarks/results/bench_startup_2026-11-26.txt, bench_startup_garbage_2026-11-26.txt).
-    gc.freeze()
-    gc.enable()
-    # Registered before the run's own exit handlers (W&B's), so it runs after them.
-    atexit.register(silence_finalization)
     quiet_third_party_notices()
     warn_if_cores_are_busy()
-    main()
-
-
-def silence_finalization() -> None:
-    """Send what the interpreter's finalization writes to stderr, after the run and every exit handler, to
-    /dev/null. The objects frozen above are never collected, so extension modules that count their live objects
-    at finalization report them: triton's (imported with torch) printed ~30 lines of "nanobind: leaked ..." after
-    every run. A traceback of the run itself is printed before the exit handlers, and still is."""
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    os.close(devnull)
+    try:
+        main()
+    except SystemExit as stop:
+        if stop.code == SIGTERM_EXIT:
+            # Saved and exiting: a second SIGTERM (a peer's signal arriving late) must not turn 143 into death by
+            # signal, which the job script would not requeue. Ignored signals stay ignored through the interpreter's
+            # shutdown, where Python restores the default for handlers it installed.
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            if os.environ.get("LOCAL_RANK", "0") != "0" and "SLURM_PROCID" not in os.environ:
+                # A rank that Lightning's launcher started: its launcher kills every process, rank 0 included, when
+                # one exits non-zero; rank 0, still writing its logs, reports the stop for the run.
+                raise SystemExit(0) from None
+        raise
 
 
 def cores_oversubscribed(load: float, cores: int, threads: int) -> bool:

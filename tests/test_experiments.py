@@ -10,7 +10,6 @@ import shlex
 import signal
 import stat
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path

@@ -1,0 +1,166 @@
+"""The cluster path on a real SLURM: scripts/slurm.sbatch as a user submits it, on the one-node cluster that
+tests/cluster/slurm_up.sh starts on this machine (as root; skipped with the reason where it cannot)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from test_cli import REPO
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+UP = REPO / "tests" / "cluster" / "slurm_up.sh"
+# 2,000 samples, batches of 100 over 2 ranks: 10 steps an epoch; 1 pre-training epoch, then OT.
+FIT = ["configs/smoke.yaml", "--data.init_args.subset", "2000", "--trainer.max_epochs", "8",
+       "--trainer.log_every_n_steps", "1", "--trainer.logger", "lightning.pytorch.loggers.CSVLogger",
+       "--trainer.logger.name", "csv"]
+
+
+@pytest.fixture(scope="module")
+def slurm() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("SLURM tests start a cluster with tests/cluster/slurm_up.sh, which needs root")
+    proc = subprocess.run(["bash", str(UP)], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        pytest.skip(f"no SLURM cluster: {proc.stderr.strip()}")
+
+
+def _submit(data_dir: Path, root: Path, *sbatch: str) -> str:
+    cmd = ["sbatch", "--parsable", "--ntasks-per-node=2", "--cpus-per-task=1", f"--chdir={REPO}",
+           f"--output={root}.out", f"--export=ALL,ROOT={root},WANDB_MODE=disabled", *sbatch,
+           str(REPO / "scripts" / "slurm.sbatch"), *FIT, "--trainer.logger.save_dir", str(root),
+           "--data.data_dir", str(data_dir)]
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().split(";")[0]
+
+
+def _state(job: str) -> str:
+    out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True).stdout.strip()
+    return out or "GONE"
+
+
+def _wait(predicate, what: str, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def _release(job: str) -> bool:
+    """A requeued job waits for a begin time ~2 minutes ahead (SLURM's hold after a requeue): start it now. False."""
+    if _state(job) == "PENDING":
+        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True)
+    return False
+
+
+def _wait_gone(job: str, root: Path, timeout: float = 900) -> None:
+    _wait(lambda: _release(job) or _state(job) == "GONE", f"job {job} to end; its log: {root}.out", timeout)
+
+
+def _training(root: Path, versions_before: int) -> bool:
+    versions = sorted((root / "csv").glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
+    return len(versions) > versions_before and (versions[-1] / "metrics.csv").exists()
+
+
+def _task_pids(root: Path) -> list[int]:
+    """The two ranks' processes of the running job (their command line names this run's root)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if cmd[1:3] == [b"-m", b"lit_otclust"] and str(root).encode() in cmd:  # not srun, not the batch script
+                pids.append(int(entry.name))
+    return pids
+
+
+def _final(root: Path) -> dict[str, torch.Tensor]:
+    return torch.load(root / "checkpoints" / "last.ckpt", weights_only=False, map_location="cpu")
+
+
+def _val_acc(root: Path) -> list[str]:
+    rows = []
+    for log in sorted((root / "csv").glob("version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[1])):
+        header, *lines = log.read_text().splitlines()
+        col = header.split(",").index("val/acc") if "val/acc" in header.split(",") else None
+        rows += [line.split(",")[col] for line in lines if col is not None and line.split(",")[col]]
+    return rows
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(slurm, data_dir, tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("slurm") / "uninterrupted"
+    job = _submit(data_dir, root)
+    _wait_gone(job, root)
+    assert "Trainer.fit` stopped: `max_epochs=8` reached" in Path(f"{root}.out").read_text(), f"see {root}.out"
+    return root
+
+
+def _assert_same_run(root: Path, reference: Path) -> None:
+    ref, got = _final(reference), _final(root)
+    assert got["global_step"] == ref["global_step"] == 80
+    for name, value in ref["state_dict"].items():
+        assert torch.equal(got["state_dict"][name], value), (
+            f"{name}: max difference {(got['state_dict'][name].double() - value.double()).abs().max()}")
+    # The final epoch's accuracy as logged (the resumed job's last log holds it): identical strings.
+    assert _val_acc(root)[-1] == _val_acc(reference)[-1]
+
+
+def test_a_job_preempted_three_times_requeues_itself_and_ends_as_the_uninterrupted_job(data_dir, tmp_path,
+                                                                                        uninterrupted):
+    """SIGTERM at random moments of a 2-task DDP job: by `scancel -s TERM` (both tasks together), then to one task's
+    process 50-400 ms before the other's, each way round (by process id). Each time both tasks exit 143 within 60 s, the script
+    requeues the job, SLURM restarts it, and it resumes from last.ckpt; the finished job's weights, centers and
+    potentials equal the uninterrupted job's bit for bit, and so does its last val/acc."""
+    root, rng = tmp_path / "preempted", random.Random(1)
+    job = _submit(data_dir, root)
+    for trial, mode in enumerate(("scancel", "lower_pid_first", "higher_pid_first")):
+        versions = len(list((root / "csv").glob("version_*")))
+        _wait(lambda: _release(job) or _training(root, versions), f"job {job} to train (trial {trial})")
+        time.sleep(rng.uniform(0.0, 2.0))
+        if mode == "scancel":
+            subprocess.run(["scancel", "-s", "TERM", job], check=True)
+        else:
+            pids = sorted(_task_pids(root))
+            assert len(pids) == 2, f"expected the 2 ranks' processes, found {pids}"
+            order = pids if mode == "lower_pid_first" else pids[::-1]
+            os.kill(order[0], signal.SIGTERM)
+            time.sleep(rng.uniform(0.05, 0.4))
+            os.kill(order[1], signal.SIGTERM)
+        sent = time.monotonic()
+        _wait(lambda: not _task_pids(root), f"both tasks to exit after SIGTERM (trial {trial})", timeout=60)
+        print(f"trial {trial} ({mode}): both tasks gone {time.monotonic() - sent:.1f} s after the signal")
+        log = Path(f"{root}.out").read_text()
+        assert log.count("Exited with exit code 143") == trial + 1, log[-3000:]
+        assert log.count("requeueing job") == trial + 1, log[-3000:]
+    _wait_gone(job, root)
+    log = Path(f"{root}.out").read_text()
+    assert log.count("Restoring states from the checkpoint path") == 3 and "max_epochs=8` reached" in log, log[-3000:]
+    _assert_same_run(root, uninterrupted)
+
+
+def test_a_job_killed_without_warning_resumes_from_the_last_checkpoint_when_resubmitted(data_dir, tmp_path,
+                                                                                         uninterrupted):
+    """SIGKILL on every task (no save, no requeue: the job fails), then the same sbatch again: it resumes from the
+    last epoch's checkpoint and ends as the uninterrupted job."""
+    root = tmp_path / "killed"
+    job = _submit(data_dir, root)
+    ckpt = root / "checkpoints" / "last.ckpt"
+    _wait(lambda: ckpt.exists() and _final(ckpt.parents[1])["epoch"] >= 2, "the third epoch's checkpoint")
+    subprocess.run(["scancel", "-s", "KILL", job], check=True)
+    _wait_gone(job, root)
+    saved = _final(root)["global_step"]
+    assert 0 < saved < 80 and "requeueing" not in Path(f"{root}.out").read_text()
+    job = _submit(data_dir, root)
+    _wait_gone(job, root)
+    log = Path(f"{root}.out").read_text()
+    assert f"Restoring states from the checkpoint path at {ckpt}" in log, log[-3000:]
+    _assert_same_run(root, uninterrupted)
