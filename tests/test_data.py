@@ -15,14 +15,16 @@ import torch.multiprocessing as mp
 import torchvision
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from PIL import Image
 from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from lightning.pytorch.trainer.states import RunningStage
 from lightning.pytorch.utilities.data import _update_dataloader
 from torch.utils.data import DistributedSampler
 from torchvision.transforms.functional import pil_to_tensor
 
-from lit_otclust.data import CIFAR10DataModule, InMemoryDataset, MNISTDataModule, _gather_on_device, stratified_indices
-from lit_otclust.user_data import ArrayDataModule, ImageFolderDataModule
+from lit_otclust.data import (ArrayDataModule, CIFAR10DataModule, ImageFolderDataModule, InMemoryDataset,
+                              MNISTDataModule, stratified_indices)
+from lit_otclust.data.loading import _gather_on_device
 
 # Official class counts (LeCun's and Krizhevsky's pages), independent of torchvision.
 MNIST_TRAIN_COUNTS = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
@@ -43,6 +45,7 @@ def cifar_train(data_dir: Path) -> CIFAR10DataModule:
     return module
 
 
+@pytest.mark.slow
 def test_mnist_shapes_counts_and_pixels(mnist_all: MNISTDataModule, data_dir: Path) -> None:
     fit, heldout = mnist_all.fit_set, mnist_all.heldout_set
     assert fit.x.shape == (70_000, 784) and fit.x.dtype == torch.float32
@@ -60,6 +63,7 @@ def test_mnist_shapes_counts_and_pixels(mnist_all: MNISTDataModule, data_dir: Pa
     assert 0.0 <= float(fit.x.min()) and float(fit.x.max()) <= 1.0
 
 
+@pytest.mark.slow
 def test_cifar_shapes_counts_and_pixels(cifar_train: CIFAR10DataModule, data_dir: Path) -> None:
     fit, heldout = cifar_train.fit_set, cifar_train.heldout_set
     assert fit.x.shape == (50_000, 3, 32, 32) and fit.x.dtype == torch.float32 and fit.y.dtype == torch.int64
@@ -72,6 +76,7 @@ def test_cifar_shapes_counts_and_pixels(cifar_train: CIFAR10DataModule, data_dir
         assert torch.equal(fit.x[i], pil_to_tensor(image).float() / 255) and fit.y[i] == label
 
 
+@pytest.mark.slow
 def test_unit_scaling_matches_official_statistics(mnist_all: MNISTDataModule, cifar_train: CIFAR10DataModule) -> None:
     # Statistics of the training split recomputed from the files, against the published values
     # that "standard" scaling uses.
@@ -83,6 +88,7 @@ def test_unit_scaling_matches_official_statistics(mnist_all: MNISTDataModule, ci
     torch.testing.assert_close(x.std(dim=(0, 2, 3)), torch.tensor(CIFAR10DataModule.std, dtype=torch.double), atol=1e-4, rtol=0)
 
 
+@pytest.mark.slow
 def test_standard_scaling_whitens_training_split(data_dir: Path) -> None:
     module = MNISTDataModule(str(data_dir), download=False, fit_split="train", scaling="standard")
     module.setup()
@@ -90,6 +96,7 @@ def test_standard_scaling_whitens_training_split(data_dir: Path) -> None:
     assert abs(float(x.mean())) < 1e-3 and float(x.std()) == pytest.approx(1.0, abs=1e-3)
 
 
+@pytest.mark.slow
 def test_standard_scaling_is_per_channel_affine_map_of_unit(data_dir: Path) -> None:
     kwargs = dict(data_dir=str(data_dir), download=False, subset=500, seed=3, fit_split="test")
     unit, standard = CIFAR10DataModule(**kwargs), CIFAR10DataModule(scaling="standard", **kwargs)
@@ -100,6 +107,7 @@ def test_standard_scaling_is_per_channel_affine_map_of_unit(data_dir: Path) -> N
     torch.testing.assert_close(standard.fit_set.x, (unit.fit_set.x - mean) / std)
 
 
+@pytest.mark.slow
 def test_subset_is_stratified_and_reproducible(data_dir: Path) -> None:
     def build(seed: int) -> MNISTDataModule:
         module = MNISTDataModule(str(data_dir), download=False, subset=2005, seed=seed)
@@ -134,6 +142,7 @@ def test_stratified_indices_balances_as_far_as_classes_allow(counts: list[int], 
     assert torch.equal(stratified_indices(labels, size, seed), chosen)
 
 
+@pytest.mark.slow
 def test_loaders_yield_index_tuples(data_dir: Path) -> None:
     module = MNISTDataModule(str(data_dir), download=False, subset=1000, batch_size=300, eval_batch_size=256)
     module.setup("fit")
@@ -163,6 +172,7 @@ def test_loaders_yield_index_tuples(data_dir: Path) -> None:
     assert torch.equal(torch.cat([b[0] for b in module.predict_dataloader()]), module.fit_set.x)
 
 
+@pytest.mark.slow
 def test_lightning_distributed_sampler_injection_keeps_batches(data_dir: Path) -> None:
     # Lightning's DDP path rebuilds the train loader with a DistributedSampler via _update_dataloader;
     # run that same function for both ranks of a world of 2, without processes.
@@ -181,6 +191,7 @@ def test_lightning_distributed_sampler_injection_keeps_batches(data_dir: Path) -
     assert len(torch.unique(torch.cat(seen))) == 1200
 
 
+@pytest.mark.slow
 def test_on_device_serves_the_same_batches_and_moves_the_tensors_once(data_dir: Path) -> None:
     settings = dict(download=False, subset=600, batch_size=100, eval_batch_size=256, seed=3)
     plain = MNISTDataModule(str(data_dir), **settings)
@@ -249,6 +260,7 @@ def _evaluate_under_ddp(rank: int, world_size: int, init_file: str, data_dir: st
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_eval_loaders_count_each_sample_once_under_ddp(data_dir: Path, tmp_path: Path) -> None:
     # 1001 samples over 2 ranks: DistributedSampler would pad one repeat; ours must not.
@@ -296,6 +308,38 @@ def test_every_data_module_takes_on_device(make) -> None:
         make(on_device=True, num_workers=2)
 
 
+LOADER_SETTINGS = {"batch_size": 7, "eval_batch_size": 11, "subset": 20, "class_proportions": None, "seed": 3,
+                   "scaling": "standard", "drop_last": False, "num_workers": 0, "on_device": True}
+
+
+@pytest.mark.parametrize("class_path", ["lit_otclust.data.MNISTDataModule", "lit_otclust.data.CIFAR10DataModule",
+                                        "lit_otclust.data.ImageFolderDataModule", "lit_otclust.data.ArrayDataModule"])
+def test_every_data_module_takes_the_loader_settings_under_the_same_flat_keys(class_path: str, tmp_path: Path) -> None:
+    """The nine settings are stated once (InMemoryDataModule) and forwarded by each module's ``**loader``: the CLI
+    still finds every one under ``data.init_args.<name>`` and the instance holds the value given."""
+    from jsonargparse import ArgumentParser
+
+    x = np.random.default_rng(0).integers(0, 256, (40, 8, 8), dtype=np.uint8)
+    for i in range(2):  # a folder of two classes, and the same images as an array file with labels
+        (tmp_path / f"c{i}").mkdir()
+        for j in range(20):
+            Image.fromarray(x[20 * i + j]).save(tmp_path / f"c{i}" / f"{j}.png")
+    np.savez(tmp_path / "xy.npz", x=x, y=np.repeat([0, 1], 20))
+    first = {"lit_otclust.data.MNISTDataModule": ["--data.init_args.download=false"],
+             "lit_otclust.data.CIFAR10DataModule": ["--data.init_args.download=false"],
+             "lit_otclust.data.ImageFolderDataModule": [f"--data.init_args.data_dir={tmp_path}"],
+             "lit_otclust.data.ArrayDataModule": [f"--data.init_args.path={tmp_path / 'xy.npz'}"]}[class_path]
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_subclass_arguments(L.LightningDataModule, "data")
+    given = [f"--data.init_args.{key}={'null' if value is None else str(value).lower()}"
+             for key, value in LOADER_SETTINGS.items()]
+    config = parser.parse_args(["--data", class_path, *first, *given])
+    assert {key: config.data.init_args[key] for key in LOADER_SETTINGS} == LOADER_SETTINGS
+    module = parser.instantiate(config).data
+    assert {key: getattr(module, key) for key in LOADER_SETTINGS} == LOADER_SETTINGS
+    assert {key: module.hparams[key] for key in LOADER_SETTINGS} == LOADER_SETTINGS  # the checkpoint's record
+
+
 def test_cifar_subset_bound_is_its_own() -> None:
     with pytest.raises(ValueError, match=r"subset=60001 must lie in \[1, 60000\]"):
         CIFAR10DataModule(download=False, subset=60_001)
@@ -328,6 +372,7 @@ def test_a_failed_download_names_data_dir_and_the_remedy(tmp_path: Path, monkeyp
     assert "MNIST/raw/train-images-idx3-ubyte" in text and "--data.data_dir" in text and "--data.download false" in text
 
 
+@pytest.mark.slow
 def test_prepare_data_with_files_present_needs_no_network(data_dir: Path) -> None:
     # download=True (the default) must not try the network when the files are already there: it neither
     # fails (there is no network here) nor writes anything into the folder.
@@ -336,6 +381,7 @@ def test_prepare_data_with_files_present_needs_no_network(data_dir: Path) -> Non
     assert {p: p.stat().st_mtime_ns for p in (data_dir / "MNIST").rglob("*")} == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module_class", [MNISTDataModule, CIFAR10DataModule])
 def test_prepare_data_with_files_present_reads_no_image(module_class, data_dir: Path, monkeypatch) -> None:
     # Files present: torchvision's constructor (which reads every image, and setup() reads them again) is not
@@ -349,6 +395,7 @@ def test_prepare_data_with_files_present_reads_no_image(module_class, data_dir: 
     assert len(module.fit_set) == sum(module.split_sizes.values())
 
 
+@pytest.mark.slow
 def test_a_corrupt_cifar10_batch_is_fetched_again(data_dir: Path, tmp_path: Path, monkeypatch) -> None:
     """download=True and a CIFAR-10 batch that fails its md5: prepare_data asks torchvision to fetch the archive
     again, as torchvision's own download() would (here its URL is a closed local port, so the attempt fails into
@@ -364,6 +411,7 @@ def test_a_corrupt_cifar10_batch_is_fetched_again(data_dir: Path, tmp_path: Path
         CIFAR10DataModule(str(tmp_path)).prepare_data()
 
 
+@pytest.mark.slow
 def test_a_truncated_file_is_named(data_dir: Path, tmp_path: Path) -> None:
     raw = tmp_path / "MNIST" / "raw"
     raw.mkdir(parents=True)

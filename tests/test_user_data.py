@@ -24,8 +24,8 @@ import torch.nn.functional as F
 import torchvision
 from PIL import Image
 
-from lit_otclust.data import MNISTDataModule, ResumableLoader, geometric_proportions, proportional_counts
-from lit_otclust.user_data import ArrayDataModule, ImageFolderDataModule
+from lit_otclust.data import (ArrayDataModule, ImageFolderDataModule, MNISTDataModule, ResumableLoader,
+                              geometric_proportions, proportional_counts)
 
 REPO = Path(__file__).resolve().parents[1]
 FOLDER_CONFIG = str(REPO / "configs" / "folder_example.yaml")
@@ -122,6 +122,7 @@ def _logged_keys(out: Path) -> set[str]:
         return set(next(csv.reader(fh)))
 
 
+@pytest.mark.slow
 def test_fit_then_predict_on_a_class_folder_names_every_file_once(cli_runs, folders) -> None:
     out, _ = cli_runs["labelled"]
     rows = _predictions(out)
@@ -135,6 +136,7 @@ def test_fit_then_predict_on_a_class_folder_names_every_file_once(cli_runs, fold
     assert {"val/acc", "val/nmi", "val/ari", "val/size_max"} <= _logged_keys(out)
 
 
+@pytest.mark.slow
 def test_fit_then_predict_on_an_unlabelled_folder_leaves_labels_empty(cli_runs, folders) -> None:
     out, log = cli_runs["flat"]
     rows = _predictions(out)
@@ -148,6 +150,7 @@ def test_fit_then_predict_on_an_unlabelled_folder_leaves_labels_empty(cli_runs, 
     assert "have no labels" in log
 
 
+@pytest.mark.slow
 def test_cli_links_num_classes_and_input_shape_from_the_folder(folders, tmp_path, monkeypatch) -> None:
     from lit_otclust.cli import OTClusterCLI
     from lit_otclust.system import DeepClustering
@@ -168,7 +171,7 @@ def test_cli_links_num_classes_and_input_shape_from_the_folder(folders, tmp_path
     assert cli.model.centers.shape[0] == 4 and tuple(cli.model.autoencoder.input_shape) == (3, 32, 32)
     # class_proportions and the model's proportions stated once, through a YAML anchor.
     config = tmp_path / "imbalanced.yaml"
-    config.write_text(f"seed_everything: 0\ndata:\n  class_path: lit_otclust.user_data.ImageFolderDataModule\n  init_args:\n"
+    config.write_text(f"seed_everything: 0\ndata:\n  class_path: lit_otclust.data.ImageFolderDataModule\n  init_args:\n"
                       f"    data_dir: {root}\n    batch_size: 4\n    class_proportions: &w [0.6, 0.3, 0.1]\n"
                       f"model:\n  autoencoder:\n    class_path: lit_otclust.models.MLPAutoencoder\n  proportions: *w\n")
     cli = build("--config", str(config))
@@ -179,6 +182,7 @@ def test_cli_links_num_classes_and_input_shape_from_the_folder(folders, tmp_path
 # ---- the folder module ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_folder_module_decodes_resizes_and_serves_batches(folders) -> None:
     root, files = folders["labelled"]
     module = ImageFolderDataModule(str(root), grayscale=True, batch_size=8, eval_batch_size=10)
@@ -205,6 +209,7 @@ def test_folder_module_decodes_resizes_and_serves_batches(folders) -> None:
         module.test_dataloader()
 
 
+@pytest.mark.slow
 def test_folder_heldout_dir_uses_the_fitted_classes(folders, tmp_path) -> None:
     root, _ = folders["labelled"]
     heldout = tmp_path / "heldout"
@@ -266,6 +271,7 @@ def test_array_module_reads_npy_npz_and_pt_as_saved(tmp_path) -> None:
 # ---- errors name the file or setting ----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_errors_name_the_file_or_setting(folders, tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match="no such folder") as error:
         ImageFolderDataModule(str(tmp_path / "missing"))
@@ -317,6 +323,7 @@ def test_errors_name_the_file_or_setting(folders, tmp_path) -> None:
 # ---- imbalanced subsamples --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_class_proportions_subsample_has_the_requested_counts_and_is_seeded(folders) -> None:
     root, _ = folders["labelled"]
 
@@ -338,6 +345,7 @@ def test_class_proportions_subsample_has_the_requested_counts_and_is_seeded(fold
         build(0, subset=21)
 
 
+@pytest.mark.slow
 def test_class_proportions_on_mnist_keep_the_largest_class_whole(data_dir) -> None:
     w = geometric_proportions(10, 10.0)
     module = MNISTDataModule(str(data_dir), download=False, fit_split="test", class_proportions=w, batch_size=100)
@@ -368,6 +376,7 @@ def test_geometric_proportions_and_proportional_counts() -> None:
         MNISTDataModule(download=False, class_proportions=[0.2] * 10)
 
 
+@pytest.mark.slow
 def test_fit_warns_when_the_model_is_not_told_the_class_proportions(folders) -> None:
     from lit_otclust.callbacks import PhaseSwitch
     from lit_otclust.models import MLPAutoencoder

@@ -1,0 +1,260 @@
+"""An array file of images (.npy, .npz, .pt) as a data module, with labels inside or beside it.
+
+The file's header (and the labels) are read in ``__init__``, the images in ``setup``. Labels and
+the rest of the contract: :mod:`lit_otclust.data.user`.
+"""
+
+from __future__ import annotations
+
+import pickle
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from lit_otclust.data.user import NO_LABEL, UserDataModule, preview
+
+ARRAY_EXTENSIONS = (".npy", ".npz", ".pt", ".pth")
+
+
+def _npy_header(fh) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and dtype from an open .npy stream's header, without reading the data."""
+    version = np.lib.format.read_magic(fh)
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, _, dtype = read(fh)
+    return tuple(shape), dtype
+
+
+def _npz_keys(path: Path) -> list[str]:
+    with zipfile.ZipFile(path) as archive:
+        return [name.removesuffix(".npy") for name in archive.namelist()]
+
+
+def _load_pt(path: Path):
+    try:
+        # mmap: a look at the shape (in __init__) does not read the whole file.
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except RuntimeError:  # files of the legacy (non-zip) format cannot be memory-mapped
+        return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _pt_entry(obj, path: Path, key: str, setting: str):
+    if isinstance(obj, Tensor):
+        return obj if key == "x" else None
+    if isinstance(obj, dict):
+        return obj.get(key)
+    raise ValueError(f"{setting}={str(path)!r} holds a {type(obj).__name__}; expected a tensor of images or a dict "
+                     f"with 'x' (images) and optional 'y' (labels)")
+
+
+class _ArrayFile:
+    """One .npy / .npz / .pt file of images, optionally with labels inside (``y``)."""
+
+    def __init__(self, path: Path, setting: str) -> None:
+        self.path, self.setting = path, setting
+        if not path.is_file():
+            raise FileNotFoundError(f"{setting}={str(path)!r}: no such file")
+        self.kind = path.suffix.lower()
+        if self.kind not in ARRAY_EXTENSIONS:
+            raise ValueError(f"{setting}={str(path)!r}: unknown file type; use one of {', '.join(ARRAY_EXTENSIONS)}")
+
+    def _fail(self, error: Exception) -> ValueError:
+        return ValueError(f"cannot read {self.setting}={str(self.path)!r}: {error}")
+
+    def header(self) -> tuple[tuple[int, ...], str]:
+        """(shape, dtype name) of the images, from the header where the format has one."""
+        try:
+            if self.kind == ".npy":
+                array = np.load(self.path, mmap_mode="r", allow_pickle=False)
+                return tuple(array.shape), array.dtype.name
+            if self.kind == ".npz":
+                keys = _npz_keys(self.path)
+                if "x" not in keys:
+                    raise ValueError(f"no array 'x' (it has {keys}); save the images as x, "
+                                     f"e.g. np.savez(path, x=images, y=labels)")
+                with zipfile.ZipFile(self.path) as archive, archive.open("x.npy") as fh:
+                    shape, dtype = _npy_header(fh)
+                return shape, dtype.name
+            x = _pt_entry(_load_pt(self.path), self.path, "x", self.setting)
+            if x is None:
+                raise ValueError("the dict has no 'x' (the images)")
+            return tuple(x.shape), str(x.dtype).removeprefix("torch.")
+        except (OSError, ValueError, KeyError, RuntimeError, zipfile.BadZipFile, EOFError, pickle.UnpicklingError) as error:
+            raise self._fail(error) from error
+
+    def read(self, key: str) -> np.ndarray | Tensor | None:
+        """The array stored under ``key`` ("x" or "y"; a .npy file is "x" only), or None if absent."""
+        try:
+            if self.kind == ".npy":
+                return np.load(self.path, mmap_mode="r", allow_pickle=False) if key == "x" else None
+            if self.kind == ".npz":
+                with np.load(self.path, allow_pickle=False) as archive:
+                    return archive[key] if key in archive.files else None
+            return _pt_entry(_load_pt(self.path), self.path, key, self.setting)
+        except (OSError, ValueError, RuntimeError, zipfile.BadZipFile, EOFError, pickle.UnpicklingError) as error:
+            raise self._fail(error) from error
+
+
+def _as_labels(values, num_images: int, where: str, images_where: str) -> Tensor:
+    """Labels as int64 (N,), checked: one per image, integer values >= 0."""
+    labels = values.numpy(force=True) if isinstance(values, Tensor) else np.array(values)  # a copy, off the file
+    if labels.ndim == 2 and labels.shape[1] == 1:
+        labels = labels[:, 0]
+    if labels.ndim != 1:
+        raise ValueError(f"{where} has shape {labels.shape}; labels must be one integer per image, shape (N,)")
+    if len(labels) != num_images:
+        raise ValueError(f"{where} has {len(labels)} labels but {images_where} has {num_images} images")
+    if labels.dtype.kind == "f":
+        if not np.array_equal(labels, np.round(labels)):
+            raise ValueError(f"{where} holds non-integer labels (dtype {labels.dtype})")
+    elif labels.dtype.kind not in "iu":
+        raise ValueError(f"{where} has dtype {labels.dtype}; labels must be integers")
+    if len(labels) and labels.min() < 0:
+        raise ValueError(f"{where} holds negative labels ({labels.min()}); labels must be >= 0")
+    return torch.from_numpy(labels.astype(np.int64))
+
+
+class ArrayDataModule(UserDataModule):
+    """Images from an array file: .npy, .npz (``x``, optional ``y``) or .pt (a tensor, or a dict with ``x``, ``y``).
+
+    Images are shaped (N, H, W) (one channel), (N, H, W, C) or (N, C, H, W), uint8 (divided by
+    255) or float (taken as they are); they become float32 (N, C, H, W). A 4-d array is read as
+    channels-last when its last axis has 1, 3 or 4 entries and its second more than 4
+    (``channels_last`` overrides that guess). Labels, from ``labels_path`` (a .npy, .npz with ``y``,
+    or .pt tensor or dict with ``y``) or from the ``y`` inside the image file, are integers >= 0,
+    one per image; their distinct values in increasing order are classes 0..C-1 (``classes`` keeps
+    the values). The file's header (and the labels) are read in ``__init__``; the images in ``setup``.
+
+    Args:
+        path: the image file.
+        labels_path: a separate label file; None: ``y`` in ``path`` if there, else no labels.
+        heldout_path, heldout_labels_path: optional held-out images (same C, H, W) and their labels,
+            scored out of sample (``heldout/*``, the ``test`` command).
+        channels_last: the layout of a 4-d array; None guesses it (above).
+        num_classes: the number of clusters, required without labels; with labels it is the number
+            of distinct label values and may be left unset (if given, it must agree).
+        **loader: the loader settings of :class:`~lit_otclust.data.base.InMemoryDataModule`, as
+            for :class:`~lit_otclust.data.folder.ImageFolderDataModule`.
+
+    Raises:
+        FileNotFoundError: a file is missing (named).
+        ValueError: an unknown file type, an unreadable file, images not of rank 3 or 4, or not
+            uint8 / float, labels of the wrong length, shape or type (each names its file); labels
+            in both ``path`` and ``labels_path``; ``num_classes`` missing without labels.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        labels_path: str | None = None,
+        heldout_path: str | None = None,
+        heldout_labels_path: str | None = None,
+        channels_last: bool | None = None,
+        num_classes: int | None = None,
+        **loader: Any,
+    ) -> None:
+        super().__init__(**loader)
+        self.path = Path(path)
+        self.name = f"images in {path}"
+        self._file = _ArrayFile(self.path, "path")
+        shape, self._layout = self._check_images(self._file, channels_last)
+        self.input_shape = shape[1:]
+        self._labels = self._read_labels(self._file, labels_path, "labels_path", shape[0])
+        classes = None
+        if self._labels is not None:
+            values = torch.unique(self._labels)  # sorted
+            self.classes = values.tolist()
+            self._labels = torch.searchsorted(values, self._labels)  # values -> 0..C-1
+            classes = self.classes
+        else:
+            self._labels = torch.full((shape[0],), NO_LABEL, dtype=torch.int64)
+            self.classes = None
+        self.num_classes = self._resolve_num_classes(num_classes, classes, f"path={str(self.path)!r}")
+        self._heldout_file = None
+        if heldout_path is not None:
+            self._heldout_file = _ArrayFile(Path(heldout_path), "heldout_path")
+            heldout_shape, self._heldout_layout = self._check_images(self._heldout_file, channels_last)
+            if heldout_shape[1:] != self.input_shape:
+                raise ValueError(f"heldout_path={heldout_path!r} holds images of shape (C, H, W) = {heldout_shape[1:]}, "
+                                 f"path={path!r} of {self.input_shape}")
+            labels = self._read_labels(self._heldout_file, heldout_labels_path, "heldout_labels_path", heldout_shape[0])
+            if labels is None:
+                labels = torch.full((heldout_shape[0],), NO_LABEL, dtype=torch.int64)
+            elif self.classes is None:
+                raise ValueError(f"heldout_path={heldout_path!r} has labels but path={path!r} has none")
+            else:
+                values = torch.tensor(self.classes)
+                unknown = sorted(set(labels.tolist()) - set(self.classes))
+                if unknown:
+                    raise ValueError(f"held-out labels {preview(unknown)} do not occur in the labels of path={path!r}")
+                labels = torch.searchsorted(values, labels)
+            self._heldout_labels = labels
+        elif heldout_labels_path is not None:
+            raise ValueError("heldout_labels_path is set but heldout_path is not")
+        self._check_subset(shape[0], f"the fitted {self.name} samples")
+
+    @staticmethod
+    def _check_images(file: _ArrayFile, channels_last: bool | None) -> tuple[tuple[int, int, int, int], str]:
+        """(N, C, H, W) and the layout ("nhw", "nhwc" or "nchw") of a file's images, from its header."""
+        shape, dtype = file.header()
+        where = f"{file.setting}={str(file.path)!r}"
+        if len(shape) in (3, 4) and shape[0] == 0:
+            raise ValueError(f"{where} holds no images (shape {shape})")
+        if dtype != "uint8" and not dtype.startswith(("float", "bfloat")):
+            raise ValueError(f"{where} holds {dtype} images; use uint8 (pixels 0-255) or float")
+        if len(shape) == 3:
+            n, h, w = shape
+            return (n, 1, h, w), "nhw"
+        if len(shape) != 4:
+            raise ValueError(f"{where} holds an array of shape {shape} (rank {len(shape)}); images must be shaped "
+                             f"(N, H, W), (N, H, W, C) or (N, C, H, W)")
+        if channels_last is None:  # (N, 32, 32, 3) is channels-last, (N, 3, 32, 32) and (N, 2, 4, 4) are not
+            channels_last = shape[3] in (1, 3, 4) and shape[1] > 4
+        n, c, h, w = (shape[0], shape[3], shape[1], shape[2]) if channels_last else shape
+        return (n, c, h, w), "nhwc" if channels_last else "nchw"
+
+    @staticmethod
+    def _read_labels(file: _ArrayFile, labels_path: str | None, setting: str, num_images: int) -> Tensor | None:
+        inside = file.read("y") if file.kind != ".npy" else None
+        images_where = f"{file.setting}={str(file.path)!r}"
+        if labels_path is None:
+            return None if inside is None else _as_labels(inside, num_images, f"{images_where} (its 'y')", images_where)
+        if inside is not None:
+            raise ValueError(f"{images_where} holds labels ('y') and {setting}={labels_path!r} gives others; keep one")
+        labels_file = _ArrayFile(Path(labels_path), setting)
+        values = labels_file.read("x") if labels_file.kind == ".npy" else labels_file.read("y")
+        if values is None and labels_file.kind == ".pt":
+            values = labels_file.read("x")  # a bare tensor of labels
+        if values is None:
+            raise ValueError(f"{setting}={labels_path!r} has no labels: save them as a .npy array, as 'y' in a .npz, "
+                             f"or as a .pt tensor")
+        return _as_labels(values, num_images, f"{setting}={labels_path!r}", images_where)
+
+    def _images(self, file: _ArrayFile, layout: str, keep: Tensor | None) -> Tensor:
+        """The kept images of a file as (n, C, H, W), uint8 or float, read once."""
+        x = file.read("x")
+        if isinstance(x, np.ndarray):  # np.array copies a memory-mapped .npy into memory we own
+            x = torch.from_numpy(np.array(x) if keep is None else x[keep.numpy()])
+        else:  # a tensor of a memory-mapped .pt: gather or copy it into memory
+            x = x.clone() if keep is None else x[keep]
+        if layout == "nhw":
+            x = x.unsqueeze(1)
+        elif layout == "nhwc":
+            x = x.permute(0, 3, 1, 2)
+        return x.contiguous()
+
+    def setup(self, stage: str | None = None) -> None:
+        """Read the kept images into float tensors, once for every stage."""
+        if self.fit_set is not None:
+            return
+        keep = self._fit_indices(self._labels)
+        fit = (self._images(self._file, self._layout, keep), self._labels if keep is None else self._labels[keep], None)
+        heldout = None
+        if self._heldout_file is not None:
+            keep = self._heldout_indices(self._heldout_labels)
+            heldout = (self._images(self._heldout_file, self._heldout_layout, keep),
+                       self._heldout_labels if keep is None else self._heldout_labels[keep], None)
+        self._build(fit, heldout)

@@ -1,0 +1,268 @@
+"""MNIST and CIFAR-10 as data modules, read from torchvision's on-disk layout and decoded once.
+
+The images become one float32 tensor per sample set in ``setup`` and are never touched by PIL
+again (:mod:`lit_otclust.data.loading`).
+
+Which samples are clustered (``fit_split``)
+-------------------------------------------
+The paper (Genevay et al., 2020) clusters "a training set" and wants to "classify out-of-sample
+data" (Sec. 1), but its experiments (Sec. 3) do not say which MNIST / CIFAR-10 images Table 1 is
+computed on. The deep-clustering literature it compares with (DEC, DKM) clusters all 70,000
+MNIST / 60,000 CIFAR-10 images, so Table 1 most likely corresponds to ``fit_split="all"``, which is what our configs use.
+
+- ``"train"``: the official training split (60k / 50k); the test split is truly held out.
+- ``"test"``: the official test split (10k / 10k), handy for quick runs.
+- ``"all"``: train followed by test (70k / 60k).
+
+The held-out loader always serves the official test split. Under ``"all"`` and ``"test"`` that
+split is *inside* the fitted samples, so its accuracy measures the learned classifier on those
+images, not generalisation; only ``"train"`` gives a genuine out-of-sample accuracy.
+
+Classes (``classes``)
+---------------------
+MNIST and CIFAR-10 also take ``classes``, a few classes kept and relabelled 0, 1, ... (e.g. the
+paper's two-digit example: ``classes=[1, 2]``, ``class_proportions=[0.2, 0.8]``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+import torchvision
+from torch import Tensor
+from torchvision.datasets.utils import check_integrity
+
+from lit_otclust.data.base import InMemoryDataModule, standardize
+from lit_otclust.data.loading import InMemoryDataset
+
+FIT_SPLITS = ("train", "test", "all")
+
+
+class TorchvisionDataModule(InMemoryDataModule):
+    """One torchvision image data set served from memory; subclasses name the files.
+
+    Args:
+        data_dir: folder holding the data set in torchvision's layout (``MNIST/raw/...`` or
+            ``cifar-10-batches-py/...``).
+        download: let ``prepare_data`` download missing files (needs internet).
+        fit_split: "train", "test" or "all": which samples are clustered (see the module docstring).
+        classes: keep only these classes (e.g. ``[3, 8]``: two digits), relabelled 0, 1, ... in the
+            order given, in the fitted and the held-out samples; ``num_classes`` (hence the model's
+            number of clusters, linked by the CLI) becomes their number. ``class_proportions`` and
+            ``subset`` then apply to the kept samples, ``class_proportions[i]`` to ``classes[i]``.
+        **loader: the loader settings of :class:`~lit_otclust.data.base.InMemoryDataModule`
+            (batch_size, eval_batch_size, subset, class_proportions, seed, scaling, drop_last,
+            num_workers, on_device). Here ``subset`` also cuts the held-out test split, the same way,
+            to min(subset, 10,000) samples, so smoke runs stay fast; ``class_proportions`` subsamples
+            the test split the same way; "standard" ``scaling`` is (pixel / 255 - mean) / std per
+            channel, with the official training split's ``mean`` and ``std``.
+
+    Every loader yields ``(x, y, index)``: x float32 (B, *input_shape), y int64 (B,), and index
+    int64 (B,), the sample's position in that loader's sample set (fitted or held-out), so
+    predictions can be written per sample also when DDP interleaves samples across ranks.
+    ``num_classes`` and ``input_shape`` are attributes (``num_classes`` set per instance when
+    ``classes`` is given), for LightningCLI ``link_arguments``.
+
+    Raises:
+        ValueError: unknown fit_split or scaling; subset outside [1, available]; batch_size or
+            eval_batch_size below 1; batch_size above the fitted samples with drop_last; on_device
+            with num_workers > 0; class_proportions not one non-negative number per class summing
+            to 1, or (in ``setup``) asking a class for more samples than it has; classes with
+            repeats, fewer than 2, or outside [0, 10).
+        FileNotFoundError: in ``setup``, when files are missing (names the folder and the files).
+    """
+
+    name: str
+    num_classes: int = 10
+    input_shape: tuple[int, ...]
+    split_sizes: dict[str, int]  # samples in the official train and test splits
+    folder: str  # relative to data_dir
+    files: tuple[str, ...]  # expected inside folder
+    mean: tuple[float, ...]  # per channel, of the training split, pixels in [0, 1]
+    std: tuple[float, ...]
+
+    def __init__(
+        self,
+        data_dir: str = "data",
+        download: bool = True,
+        fit_split: str = "all",
+        classes: list[int] | None = None,
+        **loader: Any,
+    ) -> None:
+        if classes is not None:
+            if len(set(classes)) != len(classes) or len(classes) < 2 or not all(0 <= c < self.num_classes for c in classes):
+                raise ValueError(f"classes={list(classes)} must be at least 2 distinct classes of [0, {self.num_classes})")
+            self.num_classes = len(classes)  # before the base class checks class_proportions against it
+        self.classes = None if classes is None else [int(c) for c in classes]
+        if fit_split not in FIT_SPLITS:
+            raise ValueError(f"fit_split={fit_split!r} is unknown; choose one of {FIT_SPLITS}")
+        super().__init__(**loader)
+        sizes = self.split_sizes
+        self._check_subset(sizes["train"] + sizes["test"] if fit_split == "all" else sizes[fit_split],
+                           f"the {self.name} samples in fit_split={fit_split!r}")
+        self.data_dir = Path(data_dir)
+        self.download = download
+        self.fit_split = fit_split
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def _read_split(self, train: bool) -> tuple[Tensor, Tensor]:
+        """Return uint8 images (N, *input_shape) and int64 labels (N,) of one official split."""
+        raise NotImplementedError
+
+    def _torchvision_dataset(self, train: bool, download: bool):
+        raise NotImplementedError
+
+    def _expected_paths(self) -> str:
+        """The files a data_dir must hold, relative to it, for the error messages."""
+        return ", ".join(f"{self.folder}/{name}" for name in self.files)
+
+    def _downloaded(self) -> bool:
+        """Whether ``prepare_data`` has nothing to download: torchvision's own test (MNIST: the files exist)."""
+        return all((self.data_dir / self.folder / name).is_file() for name in self.files)
+
+    def _check_files(self) -> None:
+        folder = self.data_dir / self.folder
+        missing = [name for name in self.files if not (folder / name).is_file()]
+        if missing:
+            how = "call prepare_data() first (the Trainer does) to download them" if self.download else "or set download=True (needs internet)"
+            raise FileNotFoundError(
+                f"{self.name} files not found in {folder}: missing {', '.join(missing)}. "
+                f"Expected {self._expected_paths()} under data_dir. "
+                f"Set data_dir to the folder that holds {self.folder.split('/')[0]}/ (on these machines ../shared/data), {how}."
+            )
+
+    def prepare_data(self) -> None:
+        """Download the files (Lightning runs this on one process per node only)."""
+        if not self.download or self._downloaded():
+            # Files present: nothing to fetch. torchvision's constructor with download=True would also read (CIFAR-10:
+            # unpickle) every image here for setup() to read again: 1.3 s of each CIFAR-10 run's start, 0.05 s of
+            # MNIST's (benchmarks/results/bench_data_prepare_2026-11-26.txt). setup() reads them through torchvision
+            # and names a corrupt file.
+            return
+        for train in (True, False):
+            try:
+                self._torchvision_dataset(train, download=True)  # a no-op when the files are already there
+            # torchvision turns a failed download (no internet: URLError) into a RuntimeError of its own.
+            except (OSError, RuntimeError) as error:
+                raise RuntimeError(
+                    f"could not download {self.name} into data_dir {self.data_dir}: {error}. Without internet, set "
+                    f"data_dir to a folder that holds {self._expected_paths()} "
+                    f"(on these machines ../shared/data; on the command line --data.data_dir), or put the files "
+                    f"there; download=False (--data.download false) then never tries the network."
+                ) from error
+
+    def setup(self, stage: str | None = None) -> None:
+        """Build the fitted and held-out tensors, once for every stage."""
+        if self.fit_set is not None:
+            return
+        self._check_files()
+        test_x, test_y = self._keep_classes(*self._read_split(train=False))
+        if self.fit_split == "test":
+            fit_x, fit_y = test_x, test_y
+        else:
+            train_x, train_y = self._keep_classes(*self._read_split(train=True))
+            fit_x, fit_y = (train_x, train_y) if self.fit_split == "train" else (torch.cat([train_x, test_x]), torch.cat([train_y, test_y]))
+        if self.classes is not None:
+            self._check_fit_size(len(fit_y))
+        if self.subset is not None or self.class_proportions is not None:
+            fit_keep, test_keep = self._fit_indices(fit_y), self._heldout_indices(test_y)
+            self._check_fit_size(len(fit_keep))
+            # Convert only the kept uint8 rows: a small subset never builds the full float tensor.
+            self.fit_set = InMemoryDataset(self._to_float(fit_x[fit_keep]), fit_y[fit_keep])
+            self.heldout_set = InMemoryDataset(self._to_float(test_x[test_keep]), test_y[test_keep])
+        elif self.fit_split == "train":
+            self.fit_set = InMemoryDataset(self._to_float(fit_x), fit_y)
+            self.heldout_set = InMemoryDataset(self._to_float(test_x), test_y)
+        else:
+            # The test split is the tail of the fitted tensor: a view shares its memory instead of
+            # converting the same 10k images twice.
+            self.fit_set = InMemoryDataset(self._to_float(fit_x), fit_y)
+            start = len(fit_y) - len(test_y)
+            self.heldout_set = InMemoryDataset(self.fit_set.x[start:], self.fit_set.y[start:])
+            self.heldout_offset = start
+
+    def _keep_classes(self, images: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
+        """The samples of ``classes`` only, relabelled by their position in ``classes`` (all if None)."""
+        if self.classes is None:
+            return images, labels
+        relabel = torch.full((max(int(labels.max()), *self.classes) + 1,), -1, dtype=torch.int64)  # old -> new label; -1: dropped
+        relabel[self.classes] = torch.arange(len(self.classes))
+        new = relabel[labels]  # (N,)
+        keep = new >= 0
+        return images[keep], new[keep]
+
+    def _to_float(self, images: Tensor) -> Tensor:
+        """Map uint8 pixels (N, *input_shape) to float32 per ``scaling``."""
+        x = images.to(torch.float32).div_(255.0)
+        if self.scaling == "standard":
+            # Channel statistics of the official training split (also for fit_split "test"/"all"),
+            # the convention torchvision users know; the tests recompute them from the files.
+            standardize(x, self.mean, self.std)
+        return x
+
+
+class MNISTDataModule(TorchvisionDataModule):
+    """MNIST digits, flattened to 784 values in [0, 1] for the paper's 500-250-10 MLP encoder.
+
+    70,000 images: 60,000 train, 10,000 test. "standard" scaling uses mean 0.1307, std 0.3081.
+    The arguments are those of :class:`TorchvisionDataModule`.
+    """
+
+    name = "MNIST"
+    input_shape = (784,)
+    default_eval_batch_size = 2_000  # the MLP's fastest (see InMemoryDataModule)
+    split_sizes = {"train": 60_000, "test": 10_000}
+    folder = "MNIST/raw"
+    files = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+    mean = (0.1307,)
+    std = (0.3081,)
+
+    def _torchvision_dataset(self, train: bool, download: bool) -> torchvision.datasets.MNIST:
+        return torchvision.datasets.MNIST(self.data_dir, train=train, download=download)
+
+    def _read_split(self, train: bool) -> tuple[Tensor, Tensor]:
+        names = self.files[:2] if train else self.files[2:]
+        try:
+            dataset = self._torchvision_dataset(train, download=False)
+        except (RuntimeError, ValueError) as error:  # a truncated or foreign file fails torchvision's parser
+            raise RuntimeError(f"MNIST files {' / '.join(names)} in {self.data_dir / self.folder} are corrupted "
+                               f"or truncated ({error}); replace them with the originals") from error
+        return dataset.data.reshape(len(dataset.data), -1), dataset.targets.to(torch.int64)  # (N, 784), (N,)
+
+
+class CIFAR10DataModule(TorchvisionDataModule):
+    """CIFAR-10 images kept as 3x32x32 for the paper's convolutional encoder.
+
+    60,000 images: 50,000 train, 10,000 test. "standard" scaling uses channel means
+    (0.4914, 0.4822, 0.4465) and stds (0.2470, 0.2435, 0.2616). The arguments are those of
+    :class:`TorchvisionDataModule`.
+    """
+
+    name = "CIFAR-10"
+    input_shape = (3, 32, 32)
+    split_sizes = {"train": 50_000, "test": 10_000}
+    folder = "cifar-10-batches-py"
+    files = tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch", "batches.meta")
+    mean = (0.4914, 0.4822, 0.4465)
+    std = (0.2470, 0.2435, 0.2616)
+
+    def _torchvision_dataset(self, train: bool, download: bool) -> torchvision.datasets.CIFAR10:
+        return torchvision.datasets.CIFAR10(self.data_dir, train=train, download=download)
+
+    def _downloaded(self) -> bool:
+        # torchvision's test for CIFAR-10 (CIFAR10.download): the batches' md5s, so a corrupt file is fetched again.
+        # 0.27 s, without unpickling the images.
+        folder, cifar = self.data_dir / self.folder, torchvision.datasets.CIFAR10
+        return super()._downloaded() and all(check_integrity(str(folder / name), md5)
+                                             for name, md5 in cifar.train_list + cifar.test_list)
+
+    def _read_split(self, train: bool) -> tuple[Tensor, Tensor]:
+        try:
+            dataset = self._torchvision_dataset(train, download=False)
+        except RuntimeError as error:  # the files exist (checked before) but fail torchvision's md5
+            raise RuntimeError(f"CIFAR-10 files in {self.data_dir / self.folder} are corrupted: {error}") from error
+        images = torch.from_numpy(dataset.data).permute(0, 3, 1, 2).contiguous()  # (N, 32, 32, 3) -> (N, 3, 32, 32)
+        return images, torch.as_tensor(dataset.targets, dtype=torch.int64)
