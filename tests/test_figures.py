@@ -1,4 +1,4 @@
-"""Pictures of the clusters (lit_otclust.figures) and the W&B run the CLI sets up."""
+"""Pictures of the clusters (lit_otclust.plots, drawn by lit_otclust.figures) and the W&B run the CLI sets up."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ from torch import nn
 from lit_otclust.cli import OTClusterCLI, main, run_tags
 from lit_otclust.data import InMemoryDataset, passthrough
 from lit_otclust.experiments import read_curves
-from lit_otclust.figures import (FIGURE_NAMES, ClusterFigures, batch_plan, confusion_figure, display_images,
-                                 embedding_figure, gallery_figure, matched_confusion, nearest_to_centers, pca_2d,
-                                 plan_figure, read_confusion_csv, sizes_figure)
+from lit_otclust.figures import FIGURE_NAMES, ClusterFigures, batch_plan, read_confusion_csv
 from lit_otclust.metrics import hungarian_accuracy
 from lit_otclust.models import ConvAutoencoder
+from lit_otclust.plots import (confusion_figure, display_images, embedding_figure, gallery_figure, matched_confusion,
+                               nearest_to_centers, pca_2d, plan_figure, sizes_figure)
 from lit_otclust.system import DeepClustering
 from test_cli import REPO, SMOKE, _offline  # noqa: F401 (the autouse fixture: W&B offline and silent)
 
@@ -57,6 +57,7 @@ def wandb_records(run_dir: Path) -> list:
     return records
 
 
+@pytest.mark.slow
 def test_fit_draws_every_figure_to_disk_and_to_an_offline_wandb_run_set_up_by_epoch(data_dir, tmp_path):
     cli = main(["fit", "--config", SMOKE, "--data.data_dir", str(data_dir), "--trainer.default_root_dir", str(tmp_path),
                 "--trainer.max_epochs", "2", "--figures.every_n_epochs", "1"])
@@ -287,9 +288,9 @@ def test_batch_plan_solves_the_models_problem_with_its_proportions():
     torch.testing.assert_close(res.plan.sum(1), torch.full((50,), 1 / 50), atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("num_clusters", [10, 30])
+@pytest.mark.parametrize("num_clusters", [10, pytest.param(30, marks=pytest.mark.slow)])
 def test_every_text_of_every_picture_lies_inside_its_figure(num_clusters):
-    """The pictures place their axes by explicit margins (figures._margins), not by matplotlib's layout engine: no tick
+    """The pictures place their axes by explicit margins (plots._margins), not by matplotlib's layout engine: no tick
     label, axis label, title or colorbar label may be cut by the figure's edge, with 10 clusters and with 30 (labels
     rotated, one colorbar fewer), long labels included."""
     K, C = num_clusters, 10
