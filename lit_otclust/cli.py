@@ -15,7 +15,10 @@ A LightningCLI that
   the best and the last ``val/acc`` in the run summary;
 - saves checkpoints (``last.ckpt`` included) in ``<default_root_dir>/checkpoints``, written
   atomically, and ``last.ckpt`` again when SIGTERM or Ctrl-C stops the run
-  (:mod:`lit_otclust.checkpointing`), so ``--ckpt_path last`` resumes a run, mid-epoch included.
+  (:mod:`lit_otclust.checkpointing`), so ``--ckpt_path last`` resumes a run, mid-epoch included;
+- prints a summary when ``fit`` or ``predict`` ends (:class:`RunSummary`): the last and best
+  ``val/acc`` with their NMI, ARI and epoch, where the outputs are, and the command that resumes
+  the run; the predictions file, its rows and their matched accuracy.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning_utilities.core import rank_zero
 
-from lit_otclust.callbacks import ClusterWriter, PhaseSwitch
+from lit_otclust.callbacks import ClusterWriter, PhaseSwitch, RunSummary
 from lit_otclust.checkpointing import AtomicCheckpointIO, SignalCheckpoint
 from lit_otclust.figures import ClusterFigures
 from lit_otclust.startup import resolve_wandb_mode
@@ -118,6 +121,7 @@ class OTClusterCLI(LightningCLI):
         # all four, so the help lists them and a wrong name is reported as before.
         named = isinstance(argv, (list, tuple)) and argv and argv[0] in LightningCLI.subcommands()
         self._only = argv[0] if named else None
+        self._command = list(argv) if isinstance(argv, (list, tuple)) else None  # for the resume command (RunSummary)
         super().__init__(*args, save_config_callback=save_config_callback, **kwargs)
 
     def subcommands(self) -> dict[str, set[str]]:
@@ -183,8 +187,16 @@ class OTClusterCLI(LightningCLI):
         kwargs["plugins"] = plugins
         if self.subcommand == "predict" and not any(isinstance(cb, ClusterWriter) for cb in callbacks):
             callbacks.append(ClusterWriter(str(root)))
+        if not any(isinstance(cb, RunSummary) for cb in callbacks):
+            callbacks.append(RunSummary(self._command, program_name()))
         # LightningCLI merges kwargs over the config's trainer settings: pass the whole list.
         return super().instantiate_trainer(callbacks=callbacks, **kwargs)
+
+
+def program_name() -> str:
+    """How this process was started, as the commands a run prints should start: the installed script's name
+    (``lit-otclust``), else ``python -m lit_otclust``."""
+    return "lit-otclust" if Path(sys.argv[0]).name == "lit-otclust" else "python -m lit_otclust"
 
 
 def main(args: list[str] | None = None) -> OTClusterCLI:
