@@ -387,6 +387,63 @@ def test_compare_pairs_runs_by_seed(tmp_path):
                                against=out["paired_diff"])["against_p"] == pytest.approx(1.0)
 
 
+def test_the_papers_pvalues_are_recomputed_from_its_table_1():
+    """Welch's test from Table 1's means and stds (50 runs a column): MNIST's OT against soft k-means gives t = 6.31,
+    p = 8.2e-9 two-sided, where the paper prints 1e-12, outside what its rounded numbers allow; its pre-trained
+    p-values (0.10, 0.33) are the one-sided tests' (0.11, 0.30), not the two-sided ones' (0.22, 0.60). Checked
+    against scipy's ttest_ind on samples with exactly those means and stds."""
+    rows = {(r["dataset"], r["a"], r["b"]): r for r in experiments.paper_pvalues()}
+    assert len(rows) == 8
+    main = rows["mnist", "ot", "soft_kmeans"]
+    assert (main["diff"], main["t"], main["p_two"]) == pytest.approx((0.041, 6.31, 8.2e-9), rel=1e-2)
+    assert main["reported"] == "1e-12" and main["p_two_range"][0] > 1e-12
+    assert rows["mnist", "ot_p", "soft_kmeans_p"]["p_one"] == pytest.approx(0.11, abs=0.005)
+    assert rows["mnist", "ot_p", "soft_kmeans_p"]["p_two"] == pytest.approx(0.22, abs=0.005)
+    assert rows["cifar10", "ot_p", "soft_kmeans_p"]["p_one"] == pytest.approx(0.30, abs=0.005)
+    assert rows["cifar10", "ot_p", "soft_kmeans_p"]["p_two"] == pytest.approx(0.60, abs=0.005)
+    cifar = rows["cifar10", "ot", "soft_kmeans"]  # the printed 0.0067 lies within what rounding allows
+    assert cifar["p_two_range"][0] < 0.0067 < cifar["p_two_range"][1]
+    for r in rows.values():
+        assert r["p_two_range"][0] <= r["p_two"] <= r["p_two_range"][1]
+        assert r["p_one_range"][0] <= r["p_one"] <= r["p_one_range"][1]
+        # A second code path: 50 values with exactly the printed mean and std (ddof=1) a column.
+        z = np.random.default_rng(0).normal(size=(2, 50))
+        z = (z - z.mean(1, keepdims=True)) / z.std(1, ddof=1, keepdims=True)
+        (ma, sa), (mb, sb) = experiments.PAPER[r["dataset"]][r["a"]][:2], experiments.PAPER[r["dataset"]][r["b"]][:2]
+        sample_a, sample_b = ma + sa * z[0], mb + sb * z[1]
+        assert stats.ttest_ind(sample_a, sample_b, equal_var=False).pvalue == pytest.approx(r["p_two"], rel=1e-6)
+        assert stats.ttest_ind(sample_a, sample_b, equal_var=False, alternative="greater").pvalue \
+            == pytest.approx(r["p_one"], rel=1e-6)
+
+
+def test_claims_and_table_carry_dkms_form_only_where_it_has_records(tmp_path):
+    """The claims table pairs ours by seed beside the paper's recomputed tests; OT against DKM's form of soft k-means
+    gets a row once that form has records, and Table 1 puts that form beside soft k-means with the paper's DKM."""
+    ot, skm, dkm = [0.80, 0.85, 0.90], [0.70, 0.72, 0.95], [0.75, 0.70, 0.81]
+    write_runs(tmp_path, {"ot": ot, "soft_kmeans": skm})
+    text = experiments.claims({"mnist": tmp_path})
+    main = next(line for line in text.splitlines() if line.startswith("| mnist | ot | soft_kmeans |"))
+    assert f"| 3 | {np.mean(np.subtract(ot, skm)):+.3f} ± {np.std(np.subtract(ot, skm), ddof=1):.3f} | " \
+           f"{stats.ttest_rel(ot, skm).pvalue:.2g} |" in main
+    assert "| 8.2e-09 [" in main and "| 1e-12 |" in main
+    assert "| mnist | ot_p | soft_kmeans_p |" in text and "| 0 | no runs |" in text
+    assert "DKM" not in text.split("\n\n", 1)[1] and "cifar10 | ot | soft_kmeans |" in text
+    write_runs(tmp_path, {"soft_kmeans_dkm": dkm[:1]})  # one seed: its difference, no test
+    assert "| soft_kmeans_dkm (DKM's form) | +0.041 | 1e-12 |" in experiments.claims({"mnist": tmp_path})
+    assert f"| 1 | {ot[0] - dkm[0]:+.3f} | — |" in experiments.claims({"mnist": tmp_path})
+    write_runs(tmp_path, {"soft_kmeans_dkm": dkm})
+    text = experiments.claims({"mnist": tmp_path})
+    row = next(line for line in text.splitlines() if "soft_kmeans_dkm (DKM's form)" in line)
+    assert row.startswith("| mnist | ot |") and f"{stats.ttest_rel(ot, dkm).pvalue:.2g} |" in row
+    assert "soft_kmeans_dkm_p" not in text  # no records of the pre-trained form: no row
+    table = experiments.table(str(tmp_path), baselines=None)
+    rows = [line for line in table.splitlines() if line.startswith("| mnist | ")]
+    assert [r.split(" | ")[1] for r in rows[:3]] == ["soft_kmeans", "soft_kmeans_dkm", "ot"]
+    assert rows[1].endswith("| 0.810 (± 0.033) | [0.677, 0.883] |")
+    assert f"| ot | soft_kmeans_dkm | {np.mean(ot) - np.mean(dkm):+.3f} | " \
+           f"{stats.ttest_ind(ot, dkm, equal_var=False).pvalue:.3g} |" in table
+
+
 def test_the_power_of_the_paired_test_matches_its_limits_and_a_simulation():
     """paired_power: the test's level when there is no difference; the normal approximation
     Phi(d sqrt(n) / sd - z) + Phi(-d sqrt(n) / sd - z) with many pairs; and, with few pairs, the rejection rate of
