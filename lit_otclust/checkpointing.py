@@ -29,7 +29,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from lit_otclust.startup import clear_sigterm, record_sigterm, sigterm_received
+from lit_otclust.startup import clear_sigterm, record_sigterm, take_sigterm
 
 
 
@@ -73,15 +73,18 @@ class SignalCheckpoint(L.Callback):
     Lightning's own SIGTERM handler broadcasts from inside the handler: a rank interrupted while its peer waits in
     another collective (the distributed Sinkhorn issues several a step, the loops' set-up a few barriers) waits
     forever in a broadcast the peer never reaches, and the peer in a collective this rank never finishes, until the
-    job's time limit kills both without a requeue. Here the handler only records the signal (and forwards it to the
-    processes Lightning's launcher started, as Lightning's does). At the end of every training batch each rank reduces the flag with
-    ``strategy.reduce_boolean_decision`` (one all-reduce of one element, in the main flow, which every rank reaches
-    in the same order), so all ranks learn of the signal at the same batch and stop together. The stop itself is
-    Lightning's: its loops check ``trainer.received_sigterm`` right after that hook and raise ``SIGTERMException``
-    where the progress counters are consistent, so ``--ckpt_path last`` resumes with the next batch, exactly.
-    A signal agreed on at an epoch's last batch lets that epoch's evaluation and checkpoint run first, on every rank,
-    and stops after the next batch. A signal after the last training batch of the run lets it finish (exit 0).
-    Bound: a stop lands within one training batch, or one evaluation pass and a batch, of the signal.
+    job's time limit kills both without a requeue. Here no handler does any work. The entry point of ``fit`` blocks
+    SIGTERM in every thread (:func:`lit_otclust.startup.hold_sigterm`), so it waits, pending, and is taken at a
+    batch boundary; in a fit started in-process, Lightning's handler is replaced by one that only records it (and
+    forwards it to the processes Lightning's launcher started, as Lightning's does). At the end of every training
+    batch each rank reduces "SIGTERM received" with ``strategy.reduce_boolean_decision`` (one all-reduce of one
+    element, in the main flow, which every rank reaches in the same order), so all ranks learn of the signal at the
+    same batch, whichever of them got it, and stop together. The stop itself is Lightning's: its loops check
+    ``trainer.received_sigterm`` right after that hook and raise ``SIGTERMException`` where the progress counters
+    are consistent, so ``--ckpt_path last`` resumes with the next batch, exactly. A signal agreed on at an epoch's
+    last batch lets that epoch's evaluation and checkpoint run first, on every rank, and stops after the next batch.
+    A signal after the last training batch of the run lets it finish (exit 0). Bound: a stop lands within one
+    training batch, or one evaluation pass and a batch, of the signal.
 
     Only these stops save: a run that fails (a NaN, a bug) keeps its last good checkpoint instead of overwriting it
     with the state that failed. Ctrl-C under DDP does not save: each rank is interrupted wherever it stands, so no
@@ -90,25 +93,25 @@ class SignalCheckpoint(L.Callback):
 
     def __init__(self) -> None:
         self._pending = False  # agreed at an epoch's last batch: stop after the next one
-        self._launcher = None
+        self._launcher, self._forwarded = None, False
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        if not sigterm_received() and self._launcher is not None:
+        if not self._forwarded and self._launcher is not None:
+            self._forwarded = True
             self._launcher.kill(signum)  # ranks that Lightning's launcher started from this process
         record_sigterm(signum, frame)
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        # Lightning builds its SIGTERM handler, just before the loops start, from the connector's notifier, whose
-        # broadcast is the deadlock: this flag-only handler takes its place for the whole run, from the first
-        # collective of the run (the loops' set-up barriers) to the last. The notifier has no public replacement;
-        # tests/test_preemption.py fails if Lightning stops honouring this one.
+        # Where SIGTERM is not held (a fit started in-process): Lightning builds its SIGTERM handler, just before
+        # the loops start, from the connector's notifier, whose broadcast is the deadlock; this flag-only handler
+        # takes its place for the whole run. The notifier has no public replacement.
         self._launcher = trainer.strategy.launcher
         trainer._signal_connector._sigterm_notifier_fn = self._on_sigterm
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         # Every rank reaches this hook once a batch and in the same order; the reduction is the agreement.
-        stop = trainer.strategy.reduce_boolean_decision(sigterm_received(), all=False) or self._pending
+        stop = trainer.strategy.reduce_boolean_decision(take_sigterm(), all=False) or self._pending
         if not stop:
             return
         if not self._pending and trainer.is_last_batch:  # the epoch's evaluation and checkpoint follow, on every rank: stop after them

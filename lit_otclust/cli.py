@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import warnings
 from pathlib import Path
@@ -217,15 +216,11 @@ def console() -> None:
     try:
         main()
     except SystemExit as stop:
-        if stop.code == SIGTERM_EXIT:
-            # Saved and exiting: a second SIGTERM (a peer's signal arriving late) must not turn 143 into death by
-            # signal, which the job script would not requeue. Ignored signals stay ignored through the interpreter's
-            # shutdown, where Python restores the default for handlers it installed.
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            if os.environ.get("LOCAL_RANK", "0") != "0" and "SLURM_PROCID" not in os.environ:
-                # A rank that Lightning's launcher started: its launcher kills every process, rank 0 included, when
-                # one exits non-zero; rank 0, still writing its logs, reports the stop for the run.
-                raise SystemExit(0) from None
+        if stop.code == SIGTERM_EXIT and os.environ.get("LOCAL_RANK", "0") != "0" and "SLURM_PROCID" not in os.environ:
+            # A rank that Lightning's launcher started: its launcher kills every process, rank 0 included, when one
+            # exits non-zero; rank 0, still writing its logs, reports the stop for the run. (A second SIGTERM during
+            # the exit stays pending: the entry point holds SIGTERM for the whole process.)
+            raise SystemExit(0) from None
         raise
 
 

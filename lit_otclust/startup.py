@@ -1,24 +1,38 @@
-"""What the entry point needs before torch and Lightning are imported, so nothing here may import either: the
-SIGTERM recorder, and W&B's mode where there are no credentials."""
+"""What the entry point needs before torch and Lightning are imported, so nothing here may import either: SIGTERM
+held for a batch boundary, and W&B's mode where there are no credentials."""
 
 from __future__ import annotations
 
 import netrc
 import os
+import signal
 
 _sigterm = False  # this process received SIGTERM and no run has stopped for it yet
 
 
+def hold_sigterm() -> None:
+    """Block SIGTERM in the calling thread; called by the entry point of ``fit`` before any other thread exists, so
+    that every thread the process starts (gloo's, W&B's, torch's) inherits the block. A SIGTERM then stays pending
+    until the fit reads it at a batch boundary (:func:`take_sigterm`): no handler runs in the middle of a collective
+    and no thread's socket read returns EINTR mid-message. Where threads cannot mask signals (Windows), nothing."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+
 def record_sigterm(signum: int, frame: object) -> None:
-    """SIGTERM's handler: only records the signal (no collective, no I/O, not even logging, whose locks the
-    interrupted code may hold). The entry point installs it before its imports for ``fit``, so that a SIGTERM during
-    start-up is acted on at the first training batch, and one after the trainer restored its handlers (a rank still
-    exiting when a late signal arrives) cannot kill the process before it exits 143."""
+    """SIGTERM's handler where it is not blocked (a fit started in-process, not by the entry point): only records
+    the signal (no collective, no I/O, not even logging, whose locks the interrupted code may hold)."""
     global _sigterm
     _sigterm = True
 
 
-def sigterm_received() -> bool:
+def take_sigterm() -> bool:
+    """Whether this process received SIGTERM: recorded by :func:`record_sigterm`, or pending while blocked (taken
+    off the pending set here, so it is answered once)."""
+    global _sigterm
+    if hasattr(signal, "sigtimedwait") and signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, []):
+        if signal.sigtimedwait({signal.SIGTERM}, 0) is not None:
+            _sigterm = True
     return _sigterm
 
 

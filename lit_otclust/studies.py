@@ -50,7 +50,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]  # for the commit of the code only: configs come from the study file
 CURVE_KEYS = ("val/acc", "val/acc_potential", "val/nmi", "val/ari", "heldout/acc", "train/loss",
               "train/recon", "train/cluster", "train/sinkhorn_iters", "train/plan_moved", "train/sinkhorn_unconverged",
-              "val/size_min", "val/size_max")
+              "val/size_min", "val/size_max", "train/scale", "train/sinkhorn_error")
 SIGTERM_EXIT = 143  # what a fit stopped by SIGTERM exits with, after saving last.ckpt (lit_otclust.cli)
 _BLOCK_KEYS = {"configs", "seeds", "epochs", "set", "grid", "folder"}
 _STUDY_KEYS = _BLOCK_KEYS | {"out", "runs", "report"}

@@ -93,6 +93,11 @@ class DeepClustering(L.LightningModule):
             counted from the start of the joint phase (``PhaseSwitch`` restarts the schedule).
         centers_lr_scale: the centers' learning rate is ``lr * centers_lr_scale`` (the paper: 1).
         seed: seeds the k-means runs.
+        compile: ``False`` (default: eager), ``"default"`` or ``"reduce-overhead"`` (CUDA graphs, on a GPU): the
+            ``torch.compile`` mode of the autoencoder's training forward and, with ``sinkhorn_solver="fixed"``, of the
+            OT loss, compiled once in ``configure_model`` (the other solvers read the host as they iterate, which
+            breaks a graph; evaluation's encoder stays eager). A changing epsilon (``anneal_epochs``) recompiles
+            the loss each epoch.
     """
 
     def __init__(
@@ -123,6 +128,7 @@ class DeepClustering(L.LightningModule):
         lr_decay_epochs: int = 50,
         lr_decay_gamma: float = 0.5,
         seed: int = 0,
+        compile: Literal[False, "default", "reduce-overhead"] = False,
     ) -> None:
         super().__init__()
         if clustering not in ("ot", "soft_kmeans", "none"):
@@ -148,6 +154,8 @@ class DeepClustering(L.LightningModule):
             raise ValueError("sinkhorn_solver='algorithm1' is the paper's balanced Sinkhorn: it takes no reg_m or reg_m_start")
         if assignment not in ("distance", "potential"):
             raise ValueError(f"assignment must be 'distance' or 'potential', got {assignment!r}")
+        if compile not in (False, "default", "reduce-overhead"):
+            raise ValueError(f"compile must be false, 'default' or 'reduce-overhead', got {compile!r}")
         if num_clusters < 2:
             raise ValueError(f"num_clusters must be >= 2, got {num_clusters}")
         if not (math.isfinite(epsilon) and epsilon > 0):
@@ -203,6 +211,8 @@ class DeepClustering(L.LightningModule):
         # Per-epoch sums of the training terms and statistics (logged at the epoch's end).
         self._train_sums: dict[str, Tensor | float] = {}
         self._train_steps = 0
+        # The OT loss the step calls: its torch.compile once configure_model ran with `compile`.
+        self._ot_loss, self._compiled = ot_clustering_loss, False
         # Per evaluation set: the cluster sizes of the assignments, and the (index, z) batches this rank embedded.
         self._eval_sizes: dict[int, Tensor] = {}
         self._eval_z: dict[int, list[tuple[Tensor, Tensor]]] = {}
@@ -244,6 +254,14 @@ class DeepClustering(L.LightningModule):
             raise ValueError("cost_scale='batch_mean' divides each rank's cost by its own batch mean, which makes the "
                              "ranks solve inconsistent problems under DDP; use cost_scale='none' with several devices")
 
+    def configure_model(self) -> None:
+        mode = self.hparams.compile
+        if mode and not self._compiled:  # Lightning calls this hook at each fit, validate, test and predict
+            self.autoencoder.compile(mode=mode)  # in place: the state dict keeps its keys
+            if self.hparams.sinkhorn_solver == "fixed":
+                self._ot_loss = torch.compile(ot_clustering_loss, mode=mode)
+            self._compiled = True
+
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """A checkpoint of another configuration fails here, naming the setting, not in a tensor-shape traceback."""
         state = checkpoint.get("state_dict", {})
@@ -274,11 +292,15 @@ class DeepClustering(L.LightningModule):
             # invariant to the embedding's scale, which the unnormalised loss shrinks (class docstring).
             scale = squared_distances(z, centers).mean().sqrt()
             z, centers = z / scale, centers / scale
+        # The embedding's scale against epsilon: mean squared distance to the nearest center over epsilon. Far below
+        # 1 every assignment is soft and the clustering term barely shapes the embedding; far above, nearly hard.
+        scale_stat = squared_distances(z.detach(), centers.detach()).min(1).values.mean() / epsilon
         if hp.clustering == "soft_kmeans":
-            return soft_kmeans_loss(z, centers, epsilon=epsilon, form=hp.soft_kmeans_form), {"epsilon": epsilon}
+            loss = soft_kmeans_loss(z, centers, epsilon=epsilon, form=hp.soft_kmeans_form)
+            return loss, {"epsilon": epsilon, "scale": scale_stat}
         world = self.trainer.world_size if self._trainer is not None else 1
         warm = self.g_last if self._warm else None
-        loss, res = ot_clustering_loss(
+        loss, res = self._ot_loss(
             z, centers, self.proportions, epsilon=epsilon, gradient=hp.gradient,
             max_iter=hp.sinkhorn_iters if hp.sinkhorn_solver == "fixed" else hp.sinkhorn_max_iter,
             tol=hp.sinkhorn_tol, reg_m=reg_m, g_init=warm,
@@ -304,7 +326,7 @@ class DeepClustering(L.LightningModule):
         stats = {"plan_moved": moved, "sinkhorn_iters": float(res.n_iter), "sinkhorn_error": res.marginal_error}
         if hp.sinkhorn_solver != "fixed":  # the fixed solve checks nothing: its error stays a tensor on the device
             stats.update(sinkhorn_error=float(res.marginal_error), sinkhorn_converged=float(res.converged))
-        return loss, {**stats, "epsilon": epsilon,
+        return loss, {**stats, "epsilon": epsilon, "scale": scale_stat,
                       **({"reg_m": reg_m} if reg_m is not None else {})}
 
     def _average_potential(self, g: Tensor) -> None:

@@ -164,3 +164,42 @@ def test_a_job_killed_without_warning_resumes_from_the_last_checkpoint_when_resu
     log = Path(f"{root}.out").read_text()
     assert f"Restoring states from the checkpoint path at {ckpt}" in log, log[-3000:]
     _assert_same_run(root, uninterrupted)
+
+
+def test_a_study_runs_as_a_job_array_whose_preempted_task_alone_requeues(data_dir, tmp_path, slurm):
+    """`experiments run STUDY --launcher slurm` submits the 2-run smoke study as one array; SIGTERM to one task
+    requeues that task only, and it resumes; both records are written; a second `run` submits nothing."""
+    study = tmp_path / "smoke.yaml"
+    study.write_text(f"out: {tmp_path / 'out'}\nseeds: [0, 1]\nconfigs: [{REPO / 'configs' / 'smoke.yaml'}]\n"
+                     f"set:\n  data.data_dir: {data_dir}\n  trainer.max_epochs: 8\n")
+    run = ["python", "-m", "lit_otclust.experiments", "run", str(study), "--launcher", "slurm"]
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    out = subprocess.run(run, cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stderr
+    array = out.split("Submitted batch job ")[1].split(":")[0].split()[0]
+    first = tmp_path / "out" / "runs" / "smoke__seed=0" / "checkpoints" / "last.ckpt"
+    _wait(lambda: first.exists(), "the first task's first checkpoint")
+    subprocess.run(["scancel", "-s", "TERM", f"{array}_0"], check=True)
+    logs = tmp_path / "out" / "runs" / "slurm"
+
+    def task_log(i: int) -> str:
+        found = list(logs.glob(f"{array}_{i}.out"))
+        return found[0].read_text() if found else ""
+
+    _wait(lambda: "requeueing" in task_log(0), "task 0 to requeue itself")
+
+    def finished() -> bool:
+        listed = subprocess.run(["squeue", "-h", "-r", "-j", array, "-o", "%i %T"], capture_output=True,
+                                text=True).stdout.split()
+        for job, state in zip(listed[::2], listed[1::2]):
+            if state == "PENDING":
+                subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True)
+        return not listed
+
+    _wait(finished, f"array {array} to end")
+    records = sorted(p.name for p in (tmp_path / "out").glob("*.json"))
+    assert records == ["smoke__seed=0.json", "smoke__seed=1.json"], (records, task_log(0)[-2000:], task_log(1)[-2000:])
+    assert task_log(0).count("requeueing") == 1 and "requeueing" not in task_log(1)
+    assert "Restoring states from the checkpoint path" in (tmp_path / "out" / "runs" / "smoke__seed=0" /
+                                                           "stdout.log").read_text()
+    again = subprocess.run(run, cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stderr
+    assert "nothing submitted" in again
