@@ -83,7 +83,7 @@ def table(out: str | Path, key: str = "val/acc", baselines: str | None = BASELIN
             b = json.loads(p.read_text())
             if b["dataset"] in datasets or not records:
                 groups[(b["dataset"], "kmeans", "{}")].append(b["acc"])
-    lines = [f"| data | method | settings | runs | ours: mean (± std) | ours: [min, max] | paper: mean (± std) | paper: [min, max] |",
+    lines = ["| data | method | settings | runs | ours: mean (± std) | ours: [min, max] | paper: mean (± std) | paper: [min, max] |",
              "|---|---|---|---|---|---|---|---|"]
     for (ds, method, grid), accs in sorted(groups.items(), key=lambda kv: (kv[0][0], METHODS.index(kv[0][1]) if kv[0][1] in METHODS else 99, kv[0][2])):
         a = np.array(accs)

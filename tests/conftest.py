@@ -29,3 +29,19 @@ def data_dir() -> Path:
             pytest.fail(f"CI: offline data not found at {DATA_DIR} (set LIT_OTCLUST_DATA to the folder holding MNIST/)")
         pytest.skip(f"offline data not found at {DATA_DIR} (set LIT_OTCLUST_DATA to the folder holding MNIST/ and cifar-10-batches-py/)")
     return DATA_DIR
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch):
+    """W&B offline and silent in every test: no network here, and no prompt anywhere."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """`slow` for every test that reads the data files or starts process groups or SLURM jobs, besides those marked
+    by hand (subprocesses, long fits): `pytest -m "not slow"` is the quick loop, the full suite runs in CI."""
+    for item in items:
+        if ("data_dir" in getattr(item, "fixturenames", ()) or item.get_closest_marker("distributed")
+                or item.get_closest_marker("slurm")):
+            item.add_marker(pytest.mark.slow)

@@ -25,31 +25,16 @@ from scipy.optimize import linear_sum_assignment
 from lit_otclust.callbacks import PhaseSwitch
 from lit_otclust.cli import EPOCH_END_ONLY, OTClusterCLI, cores_oversubscribed, default_loggers, main
 from lit_otclust.data import MNISTDataModule
-from lit_otclust.experiments import read_curves
 from lit_otclust.models import MLPAutoencoder
 from lit_otclust.startup import wandb_credentials_found
 from lit_otclust.system import DeepClustering
-
-REPO = Path(__file__).resolve().parents[1]
-SMOKE = str(REPO / "configs" / "smoke.yaml")
-
-
-@pytest.fixture(autouse=True)
-def _offline(monkeypatch):
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-
+from _runs import REPO, SMOKE, epoch_metrics
 
 def fit(data_dir, root, *extra):
     cli = main(["fit", "--config", SMOKE, "--data.data_dir", str(data_dir),
                 "--trainer.default_root_dir", str(root), *extra])
     wandb.finish()  # in one process, the next WandbLogger would otherwise reuse this run
     return cli
-
-
-def epoch_metrics(root: Path) -> dict[int, dict[str, float]]:
-    """Per-epoch rows of the newest CSV log, merged by epoch."""
-    return read_curves(sorted((root / "csv").glob("version_*/metrics.csv"))[-1], keys=None)
 
 
 def test_console_script_exits_zero_after_a_run(data_dir, tmp_path):
@@ -327,6 +312,7 @@ def test_only_the_named_subcommands_parser_is_built_and_it_parses_as_before(subc
     assert cli.model.hparams.epsilon == every.model.hparams.epsilon == 0.05
 
 
+@pytest.mark.slow  # subprocesses
 def test_the_entry_module_lists_every_subcommand_in_its_help_and_names_them_on_a_typo():
     def run(*argv: str) -> str:
         proc = subprocess.run([sys.executable, "-m", "lit_otclust", *argv], capture_output=True, text=True, cwd=REPO,

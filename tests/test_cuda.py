@@ -10,7 +10,7 @@ import torch
 from lit_otclust.cli import main
 from lit_otclust.losses import ot_clustering_loss
 from lit_otclust.sinkhorn import sinkhorn, squared_distances
-from test_cli import SMOKE, _offline  # noqa: F401 (the autouse fixture: W&B offline and silent)
+from _runs import SMOKE
 from _problems import _problem
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),

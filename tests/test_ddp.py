@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from lit_otclust.cli import OTClusterCLI, main
 from lit_otclust.data import passthrough
 from lit_otclust.system import DeepClustering
-from test_cli import REPO, SMOKE, epoch_metrics
+from _runs import REPO, SMOKE, epoch_metrics
 
 
 @pytest.mark.distributed

@@ -25,7 +25,7 @@ from lit_otclust.models import ConvAutoencoder
 from lit_otclust.plots import (confusion_figure, display_images, embedding_figure, gallery_figure, matched_confusion,
                                nearest_to_centers, pca_2d, plan_figure, sizes_figure)
 from lit_otclust.system import DeepClustering
-from test_cli import REPO, SMOKE, _offline  # noqa: F401 (the autouse fixture: W&B offline and silent)
+from _runs import SMOKE
 
 
 def wandb_records(run_dir: Path) -> list:

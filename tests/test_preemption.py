@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from test_cli import REPO, SMOKE
+from _runs import REPO, SMOKE
 
 # 20 epochs of 10 steps a rank (2,000 samples, batches of 100), one of them pre-training: enough training time for
 # 20 stops at random moments of about a second each.

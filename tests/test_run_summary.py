@@ -12,7 +12,7 @@ import wandb
 
 from lit_otclust.callbacks import resume_command
 from lit_otclust.cli import main
-from test_cli import SMOKE, _offline  # noqa: F401 (the autouse fixture: W&B offline and silent)
+from _runs import SMOKE
 
 
 def test_the_resume_command_is_the_typed_one_with_ckpt_path_last():

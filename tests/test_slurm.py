@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from test_cli import REPO
+from _runs import REPO
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 UP = REPO / "tests" / "cluster" / "slurm_up.sh"
