@@ -14,6 +14,10 @@ paper's Algorithm 1 (:func:`sinkhorn_algorithm1`), or for a fixed number of warm
 
 Potentials follow the ott-jax convention :math:`P_{ik} = \exp((f_i + g_k - C_{ik}) / \epsilon)`, in cost
 units, so :math:`\arg\max_k P_{ik} = \arg\min_k (C_{ik} - g_k)`.
+
+Longer than the project's other files on purpose: the three solvers share the weights' checks, the rank group, the
+working precision and the gauge, and the solve to tolerance (epsilon scaling, in-place iterations, Newton finish)
+is one algorithm; split, each part would need the others' internals.
 """
 from __future__ import annotations
 
