@@ -138,9 +138,10 @@ def test_a_job_preempted_three_times_requeues_itself_and_ends_as_the_uninterrupt
         sent = time.monotonic()
         _wait(lambda: not _task_pids(root), f"both tasks to exit after SIGTERM (trial {trial})", timeout=60)
         print(f"trial {trial} ({mode}): both tasks gone {time.monotonic() - sent:.1f} s after the signal")
-        log = Path(f"{root}.out").read_text()
-        assert log.count("Exited with exit code 143") == trial + 1, log[-3000:]
-        assert log.count("requeueing job") == trial + 1, log[-3000:]
+        # srun and the script write their lines after the tasks are gone.
+        _wait(lambda: Path(f"{root}.out").read_text().count("requeueing job") == trial + 1,
+              f"the job to requeue itself (trial {trial}); its log: {root}.out", timeout=60)
+        assert Path(f"{root}.out").read_text().count("Exited with exit code 143") == trial + 1
     _wait_gone(job, root)
     log = Path(f"{root}.out").read_text()
     assert log.count("Restoring states from the checkpoint path") == 3 and "max_epochs=8` reached" in log, log[-3000:]
