@@ -52,10 +52,20 @@ def _wait(predicate, what: str, timeout: float = 600) -> None:
         time.sleep(0.2)
 
 
+_pending_since: dict[str, float] = {}
+
+
 def _release(job: str) -> bool:
-    """A requeued job waits for a begin time ~2 minutes ahead (SLURM's hold after a requeue): start it now. False."""
+    """A requeued job waits for a begin time ~2 minutes ahead (SLURM's hold after a requeue): start it 10 s after it
+    was first seen waiting, not at once (started within the second of its requeue, slurmd refuses the job: "Job
+    credential revoked", and it fails). Returns False, for use in a wait's condition."""
     if _state(job) == "PENDING":
-        subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True)
+        first = _pending_since.setdefault(job, time.monotonic())
+        if time.monotonic() - first > 10:
+            subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True)
+            _pending_since.pop(job)
+    else:
+        _pending_since.pop(job, None)
     return False
 
 
@@ -191,9 +201,8 @@ def test_a_study_runs_as_a_job_array_whose_preempted_task_alone_requeues(data_di
     def finished() -> bool:
         listed = subprocess.run(["squeue", "-h", "-r", "-j", array, "-o", "%i %T"], capture_output=True,
                                 text=True).stdout.split()
-        for job, state in zip(listed[::2], listed[1::2]):
-            if state == "PENDING":
-                subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True)
+        for job in listed[::2]:
+            _release(job)
         return not listed
 
     _wait(finished, f"array {array} to end")
