@@ -16,9 +16,9 @@ import torch
 
 from _runs import REPO, SMOKE
 
-# 20 epochs of 10 steps a rank (2,000 samples, batches of 100), one of them pre-training: enough training time for
-# 20 stops at random moments of about a second each.
-RUN = ["--config", SMOKE, "--data.init_args.subset", "2000", "--trainer.max_epochs", "20",
+# 60 epochs of 10 steps a rank (2,000 samples, batches of 100), one of them pre-training: enough training for 20 stops
+# at random moments up to 1.5 s into a segment's training (each stop costs an epoch or two of it) and an end to compare.
+RUN = ["--config", SMOKE, "--data.init_args.subset", "2000", "--trainer.max_epochs", "60",
        "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
        "--trainer.log_every_n_steps", "1", "--trainer.logger", "lightning.pytorch.loggers.CSVLogger",
        "--trainer.logger.save_dir", "{root}", "--trainer.logger.name", "csv"]
