@@ -1,22 +1,21 @@
 """The work of ``python -m lit_otclust fit --config configs/{mnist,cifar10}_ot.yaml`` as a bare PyTorch loop.
 
-    python -m benchmarks.bare_loop --dataset mnist --epochs 3 --data-dir ../shared/data   (from the repo root)
+    python -m benchmarks.bare_loop --dataset mnist --epochs 3 --data-dir ../shared/data [--solver fixed --iters 10]
 
 The reference that ``benchmarks/bench_fit.py`` times the framework against: the same autoencoder
 (``lit_otclust.models``), the same k-means init of the centers (sklearn, 10 restarts, on the
 untrained embeddings of all fitted images), batches of 300 in a seeded random order, Adam at
-1e-3, the same clustering loss (``lit_otclust.losses.ot_clustering_loss``, tolerance 1e-5, warm start
-from the previous batch's g), and after each epoch the Hungarian accuracy of both assignment
-rules on all fitted images and on the 10k test split. No Lightning, no logging, no checkpoints.
-Prints one JSON line: seconds of training, of evaluation, per step, the last accuracies, and the seconds from
-its spawn at which its phases ended (imports, data, k-means, end; ``bench_timeline``).
+1e-3, the same clustering loss (``lit_otclust.losses.ot_clustering_loss`` with the fit's ``--solver``: ``solve`` to
+tolerance 1e-5 or ``fixed``, ``--iters`` iterations; both warm-started from the previous batch's g), and after each
+epoch the Hungarian accuracy of both assignment rules on all fitted images and on the 10k test split. No Lightning,
+no logging, no checkpoints. Prints one JSON line: seconds of training, of evaluation, per step, the last accuracies,
+and the seconds from its start at which its phases ended (imports, data, k-means, end).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from collections.abc import Iterable
 
@@ -30,9 +29,7 @@ from lit_otclust.losses import ot_clustering_loss
 from lit_otclust.models import ConvAutoencoder, MLPAutoencoder
 from lit_otclust.sinkhorn import squared_distances
 
-# Seconds since the parent started this process (``BENCH_T0``, its time.time() at the spawn), for the phases that
-# benchmarks/bench_timeline.py prints; since this module's import when run alone.
-_T0 = float(os.environ.get("BENCH_T0", time.time()))
+_T0 = time.time()
 
 
 def stamp() -> float:
@@ -64,7 +61,8 @@ def accuracy(pred: torch.Tensor, y: torch.Tensor, k: int) -> float:
 
 def train_steps(model: torch.nn.Module, centers: torch.Tensor, opt: torch.optim.Optimizer, x: torch.Tensor,
                 batches: Iterable[torch.Tensor], w: torch.Tensor, lam: float, g: torch.Tensor | None,
-                epsilon: float = 1e-2, tol: float = 1e-5, max_iter: int = 1000) -> tuple[torch.Tensor | None, list[int]]:
+                epsilon: float = 1e-2, tol: float = 1e-5, max_iter: int = 1000,
+                solver: str = "solve") -> tuple[torch.Tensor | None, list[int]]:
     """One pass of training steps over ``batches`` (index tensors into ``x``): reconstruction + lam * OT loss,
     Adam. Returns the last Sinkhorn potential g (the next batch's warm start) and each step's Sinkhorn iterations."""
     iters = []
@@ -72,7 +70,8 @@ def train_steps(model: torch.nn.Module, centers: torch.Tensor, opt: torch.optim.
         xb = x[idx]
         z, x_hat = model(xb)
         recon = (x_hat - xb).pow(2).flatten(1).sum(1).mean()
-        clust, res = ot_clustering_loss(z, centers, w, epsilon=epsilon, tol=tol, max_iter=max_iter, g_init=g)
+        clust, res = ot_clustering_loss(z, centers, w, epsilon=epsilon, tol=tol, max_iter=max_iter, g_init=g,
+                                        solver=solver)
         g = res.g
         loss = recon + lam * clust
         opt.zero_grad(set_to_none=True)
@@ -90,6 +89,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--adam", choices=["fused", "default"], default="fused",
                         help="fused: the kernel DeepClustering uses (the same work); default: torch's per-tensor loop")
+    parser.add_argument("--solver", choices=["solve", "fixed"], default="solve", help="the fit's model.sinkhorn_solver")
+    parser.add_argument("--iters", type=int, default=10, help="the fit's model.sinkhorn_iters (--solver fixed)")
     parser.add_argument("--clustering-weight", type=float, default=None,
                         help="lambda; default the config's (1/300 for MNIST, 1 for CIFAR-10)")
     args = parser.parse_args()
@@ -103,8 +104,8 @@ def main() -> None:
     model = MLPAutoencoder() if args.dataset == "mnist" else ConvAutoencoder()
     w = torch.full((k,), 1.0 / k)
 
-    # The data modules' default eval_batch_size (the fastest measured, benchmarks/results/bench_eval_batch.txt),
-    # stated here because lit_otclust.data imports Lightning.
+    # The data modules' default eval_batch_size (the fastest measured, benchmarks/bench_eval_batch.py), stated here
+    # because lit_otclust.data imports Lightning.
     chunk = 2_000 if args.dataset == "mnist" else 500
 
     def embed() -> torch.Tensor:
@@ -120,7 +121,8 @@ def main() -> None:
     for _ in range(args.epochs):
         start = time.perf_counter()
         order = torch.randperm(n, generator=generator)
-        g, iters = train_steps(model, centers, opt, x, order[: n - n % batch].split(batch), w, lam, g)
+        g, iters = train_steps(model, centers, opt, x, order[: n - n % batch].split(batch), w, lam, g,
+                               max_iter=args.iters if args.solver == "fixed" else 1000, solver=args.solver)
         steps += len(iters)
         train_s += time.perf_counter() - start
         start = time.perf_counter()

@@ -1,25 +1,28 @@
-"""Time to build the in-memory tensors and to iterate one epoch of batches, with no model.
+"""The data pipeline with no model: decoding the files into tensors, then an epoch of batches and an evaluation pass.
 
-    python benchmarks/bench_data.py --data-dir ../shared/data
+    python -m benchmarks.bench_data --data-dir ../shared/data [--datasets mnist cifar10] [--rounds 3] [--pil-batches 20]
 
-For each data set: the seconds ``prepare_data`` takes when the files are there, against building torchvision's
-datasets with ``download=True`` (what it did before); then (fit_split "all" by default) the seconds ``setup`` takes to decode the files
-into float tensors, then the seconds per epoch of shuffled training batches (batch_size 300,
-drop_last) and of one pass over the two validation loaders. The goal is under 1 s per training
-epoch on a 2-core CPU. ``--pil-batches N`` also times N batches through torchvision's per-sample
-PIL + ToTensor path, the usual alternative, for scale.
+For each data set (``fit_split`` "all", the configs'): the seconds of ``prepare_data`` with the files present and of
+``setup`` (decoding into float32 tensors), then, alternating round by round, one epoch of shuffled training batches
+(batch_size 300, drop_last) and one pass over the two evaluation loaders; medians. ``--pil-batches N`` also times N
+batches through torchvision's per-sample PIL + ToTensor path, the usual alternative, scaled to an epoch.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from functools import partial
 
 import torch
 import torchvision
 from torch.utils.data import DataLoader
 
+from benchmarks.harness import alternate, median
 from lit_otclust.data import CIFAR10DataModule, MNISTDataModule
+
+MODULES = {"mnist": (MNISTDataModule, torchvision.datasets.MNIST),
+           "cifar10": (CIFAR10DataModule, torchvision.datasets.CIFAR10)}
 
 
 def seconds(fn) -> float:
@@ -28,48 +31,46 @@ def seconds(fn) -> float:
     return time.perf_counter() - start
 
 
-def drain(loader) -> int:
-    return sum(len(batch[0]) for batch in loader)
+def drain(make_loader) -> int:
+    return sum(len(batch[0]) for batch in make_loader())
 
 
-def best_of(repeats: int, fn) -> float:
-    return min(seconds(fn) for _ in range(repeats))
+def drain_all(make_loaders) -> int:
+    return sum(len(batch[0]) for loader in make_loaders() for batch in loader)
+
+
+def pil_epoch(dataset, batch_size: int, batches: int, epoch_batches: int) -> float:
+    """Seconds of ``batches`` batches through the per-sample PIL path, scaled to ``epoch_batches``."""
+    loader = iter(DataLoader(dataset, batch_size=batch_size, shuffle=True))
+    return epoch_batches / batches * seconds(lambda: [next(loader) for _ in range(batches)])
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", default="../shared/data")
-    parser.add_argument("--fit-split", default="all", choices=["train", "test", "all"])
+    parser.add_argument("--datasets", nargs="+", choices=list(MODULES), default=list(MODULES))
     parser.add_argument("--batch-size", type=int, default=300)
-    parser.add_argument("--repeats", type=int, default=3, help="epochs timed; the best is printed")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--pil-batches", type=int, default=0, help="also time this many batches via PIL + ToTensor")
     args = parser.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} intra-op threads, fit_split={args.fit_split}, batch_size={args.batch_size}")
-
-    for module_class, reference_class in ((MNISTDataModule, torchvision.datasets.MNIST), (CIFAR10DataModule, torchvision.datasets.CIFAR10)):
-        # prepare_data with the files there (download=True, the configs' default), against what it did before it
-        # checked them itself: build torchvision's datasets with download=True, which reads every image.
-        fetch = module_class(args.data_dir, download=True)
-        prepare_s = best_of(args.repeats, fetch.prepare_data)
-        old_s = best_of(args.repeats, lambda: [fetch._torchvision_dataset(t, download=True) for t in (True, False)])
-        print(f"{module_class.name:9s} prepare_data, files present: {prepare_s:6.3f} s (torchvision datasets with "
-              f"download=True: {old_s:6.3f} s)")
-        module = module_class(args.data_dir, download=False, fit_split=args.fit_split, batch_size=args.batch_size)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), batch_size {args.batch_size}, "
+          f"median of {args.rounds}")
+    for name in args.datasets:
+        module_class, reference_class = MODULES[name]
+        prepare_s = seconds(module_class(args.data_dir, download=True).prepare_data)
+        module = module_class(args.data_dir, download=False, fit_split="all", batch_size=args.batch_size)
         setup_s = seconds(module.setup)
-        train_s = best_of(args.repeats, lambda: drain(module.train_dataloader()))
-        val_s = best_of(args.repeats, lambda: [drain(loader) for loader in module.val_dataloader()])
-        num_batches = len(module.train_dataloader())
-        megabytes = module.fit_set.x.element_size() * module.fit_set.x.nelement() / 2**20
-        print(
-            f"{module.name:9s} setup {setup_s:6.2f} s ({len(module.fit_set)} fitted samples, {megabytes:.0f} MiB float32) | "
-            f"train epoch {train_s:6.3f} s ({num_batches} batches) | val pass {val_s:6.3f} s"
-        )
+        runs = {"train epoch": partial(seconds, partial(drain, module.train_dataloader)),
+                "evaluation pass": partial(seconds, partial(drain_all, module.val_dataloader))}
         if args.pil_batches:
-            dataset = reference_class(args.data_dir, train=True, download=False, transform=torchvision.transforms.ToTensor())
-            loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=True)
-            batches = iter(loader)
-            pil_s = seconds(lambda: [next(batches) for _ in range(args.pil_batches)])
-            print(f"{'':9s} PIL + ToTensor: {pil_s / args.pil_batches * num_batches:6.2f} s per epoch (from {args.pil_batches} batches)")
+            dataset = reference_class(args.data_dir, train=True, download=False,
+                                      transform=torchvision.transforms.ToTensor())
+            runs["PIL + ToTensor epoch"] = partial(pil_epoch, dataset, args.batch_size, args.pil_batches,
+                                                   len(module.train_dataloader()))
+        times = alternate(runs, args.rounds, log=False)
+        megabytes = module.fit_set.x.element_size() * module.fit_set.x.nelement() / 2**20
+        print(f"{name}: prepare_data {prepare_s:.3f} s, setup {setup_s:.2f} s ({len(module.fit_set)} fitted images, "
+              f"{megabytes:.0f} MiB float32); " + ", ".join(f"{k} {median(v):.3f} s" for k, v in times.items()))
 
 
 if __name__ == "__main__":

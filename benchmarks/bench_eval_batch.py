@@ -6,7 +6,7 @@
 One freshly initialised model (the encoder costs the same whatever its weights), the configs' ``fit_split: all``
 (MNIST 70k images, CIFAR-10 60k; the held-out test split is the fitted set's tail, scored on the same pass), W&B
 and checkpoints off. Each size first runs once unmeasured (its first pass pays one-off allocations), then the sizes
-run ``--repeats`` times in alternating order, and the median of each is printed. The data modules' default
+run ``--rounds`` times in an order rotated each round, and the median of each is printed. The data modules' default
 ``eval_batch_size`` comes from these figures.
 """
 
@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import statistics
 import time
 import warnings
 
 import lightning as L
 import torch
 
+from benchmarks.harness import alternate, median
 from lit_otclust.data import CIFAR10DataModule, MNISTDataModule
 from lit_otclust.models import ConvAutoencoder, MLPAutoencoder
 from lit_otclust.system import DeepClustering
@@ -31,7 +31,7 @@ def main() -> None:
     p.add_argument("--data-dir", default="../shared/data")
     p.add_argument("--dataset", choices=("mnist", "cifar10"), default="mnist")
     p.add_argument("--sizes", type=int, nargs="+", default=[10_000, 2_000, 1_000, 500])
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = p.parse_args()
     warnings.filterwarnings("ignore")
@@ -46,16 +46,16 @@ def main() -> None:
                         accelerator="cpu", devices=1)
     for b in args.sizes:
         trainer.validate(model, datamodule=data[b], verbose=False)
-    times: dict[int, list[float]] = {b: [] for b in args.sizes}
-    for r in range(args.repeats):
-        for b in args.sizes[:: 1 if r % 2 == 0 else -1]:
-            start = time.perf_counter()
-            trainer.validate(model, datamodule=data[b], verbose=False)
-            times[b].append(time.perf_counter() - start)
+    def validate(b: int) -> float:
+        start = time.perf_counter()
+        trainer.validate(model, datamodule=data[b], verbose=False)
+        return time.perf_counter() - start
+
+    times = alternate({b: (lambda b=b: validate(b)) for b in args.sizes}, args.rounds, log=False)
     n = len(data[args.sizes[0]].fit_set)
-    print(f"{args.dataset}: evaluation of {n} images, {args.threads} thread(s), median of {args.repeats}")
+    print(f"{args.dataset}: evaluation of {n} images, {args.threads} thread(s), median of {args.rounds}")
     for b in args.sizes:
-        print(f"  eval_batch_size {b:6d}: {statistics.median(times[b]):6.2f} s  ({', '.join(f'{t:.2f}' for t in times[b])})")
+        print(f"  eval_batch_size {b:6d}: {median(times[b]):6.2f} s  ({', '.join(f'{t:.2f}' for t in times[b])})")
 
 
 if __name__ == "__main__":

@@ -1,19 +1,23 @@
-"""Whole-process time of ``lit_otclust fit`` against the bare PyTorch loop doing the same work.
+"""The marginal epoch of ``lit_otclust fit`` against the bare PyTorch loop doing the same work, start-up apart.
 
-    python -m benchmarks.bench_fit --data-dir ../shared/data [--dataset mnist] [--epochs 3] [--pairs 3] [FIT OVERRIDES]
-    python -m benchmarks.bench_fit --fit-only --epochs 10 --pairs 1 [FIT OVERRIDES, e.g. --trainer.accelerator gpu]
+    python -m benchmarks.bench_fit --data-dir ../shared/data --epochs 1 3 --rounds 3 --threads 1 \\
+        --variant solve "" --variant fixed "--model.sinkhorn_solver fixed --model.sinkhorn_iters 10" \\
+        --bare solve fixed [FIT OVERRIDES]
+    python -m benchmarks.bench_fit --epochs 5 20 --rounds 1 --variant fixed "..." --concurrent 1 2 4 8 \\
+        --data.init_args.on_device true --trainer.accelerator gpu --trainer.devices 1      (benchmarks/gpu_check.sh)
 
-Runs ``python -m lit_otclust fit --config configs/<dataset>_ot.yaml --trainer.max_epochs E`` (the
-config as a user runs it: CSV and offline W&B logging, a checkpoint every epoch, evaluation on the
-fitted images and the test split every epoch) and ``python -m benchmarks.bare_loop`` alternately,
-``pairs`` times each, and prints the median wall time and CPU time (user + system, children
-included) of each, their ratios, and the per-step and evaluation times both report. The fit's
-step and evaluation times come from :class:`StepTimer`, added with ``--trainer.callbacks``.
-``--fit-only`` times the fit alone (where the bare loop is no reference, e.g. on a GPU:
-``benchmarks/gpu_check.sh``) and prints what a 200-epoch run of it would take. ``--lean`` adds a third process to
-each pair, the same fit with its features beyond the bare loop's work off (``LEAN``: no loggers, no checkpoints, no
-pictures; the progress bar, evaluation's NMI and ARI and the training statistics stay): what the framework costs
-apart from them. Each pair then runs the three in an order rotated from pair to pair.
+Each variant is ``python -m lit_otclust fit --config configs/<dataset>_ot.yaml`` as a user runs it (CSV and offline
+W&B logging, a checkpoint and an evaluation every epoch) with the variant's and the common overrides; ``--bare``
+adds ``benchmarks/bare_loop.py`` with the named solvers (``bare-solve``, ``bare-fixed``). Every (variant, epochs)
+process runs once a round, in an order rotated each round. A round's marginal epoch is
+``(wall(E2) - wall(E1)) / (E2 - E1)``: what one more epoch costs, with the start-up, the k-means init and the
+shut-down (the same in both) taken out; its fixed cost is ``wall(E1) - E1 * marginal``. Printed: the medians over
+the rounds, the range, the 200-epoch projection ``fixed + 200 * marginal``, each variant's marginal epoch over its
+bare loop's (``bare-NAME`` for variant NAME, else the first bare loop; round by round), the fit's own per-step time (:class:`StepTimer`), and the marginal epoch in CPU seconds (user +
+system, the same difference): on a machine whose cores other work shares, a steadier figure than the wall's. ``--concurrent N ...`` then starts N copies
+of the first variant at once at E2 epochs, for each N (each with OMP_NUM_THREADS = cores / N unless ``--threads``),
+and prints runs per hour, with a 200-epoch projection that scales each run's time beyond the single run's fixed
+cost.
 """
 
 from __future__ import annotations
@@ -21,8 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import statistics
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -31,23 +34,18 @@ from pathlib import Path
 
 import lightning as L
 
-REPO = Path(__file__).resolve().parents[1]
-# The fit without the outputs the bare loop does not write (``--lean``).
-LEAN = ["--trainer.logger", "false", "--trainer.enable_checkpointing", "false", "--figures.every_n_epochs", "0",
-        "--figures.final", "false"]
+from benchmarks.harness import REPO, child_env, median, rotated, table, timed
 
 
 class StepTimer(L.Callback):
-    """Seconds of training batches and of evaluation per epoch, written as JSON to ``path`` at the end."""
+    """Seconds of the training batches and of evaluation, summed over the fit, written as JSON to ``path`` at its
+    end; from each epoch's first batch, as the bare loop times it."""
 
     def __init__(self, path: str) -> None:
         self.path, self.train_s, self.eval_s, self.steps = path, 0.0, 0.0, 0
         self._t = 0.0
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        # From the epoch's first batch, as the bare loop times it: the k-means initialisation that
-        # PhaseSwitch runs at the start of the first joint epoch is outside both (the bare loop runs it
-        # before its clock starts), and counted in the "rest" column with start-up and shut-down.
         if batch_idx == 0:
             self._t = time.perf_counter()
 
@@ -67,114 +65,123 @@ class StepTimer(L.Callback):
                                                "ms_per_step": 1e3 * self.train_s / max(self.steps, 1)}))
 
 
-def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """Wall seconds, CPU seconds (user + sys of the child and its children) and stdout of one command."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+def fit_command(dataset: str, epochs: int, data_dir: str, run_dir: str, timer: Path, args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "lit_otclust", "fit", "--config", f"configs/{dataset}_ot.yaml",
+            "--trainer.max_epochs", str(epochs), "--data.data_dir", data_dir, "--trainer.default_root_dir", run_dir,
+            "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+            "--trainer.callbacks+=benchmarks.bench_fit.StepTimer", f"--trainer.callbacks.init_args.path={timer}", *args]
+
+
+def bare_command(dataset: str, epochs: int, data_dir: str, solver: str, iters: int) -> list[str]:
+    return [sys.executable, "-m", "benchmarks.bare_loop", "--dataset", dataset, "--epochs", str(epochs),
+            "--data-dir", data_dir, "--solver", solver, "--iters", str(iters)]
+
+
+def run_once(name: str, epochs: int, a: argparse.Namespace, fits: dict[str, list[str]], tmp: str, tag: str,
+             env: dict[str, str]) -> tuple[float, float, float]:
+    """One process of variant ``name`` at ``epochs``: (wall seconds, CPU seconds, ms a training step)."""
+    timer = Path(tmp) / f"timer_{tag}.json"
+    if name in fits:
+        cmd = fit_command(a.dataset, epochs, a.data_dir, f"{tmp}/run_{tag}", timer, fits[name])
+    else:
+        cmd = bare_command(a.dataset, epochs, a.data_dir, name.removeprefix("bare-"), a.bare_iters)
+    wall, cpu, out = timed(cmd, env)
+    info = json.loads(timer.read_text() if name in fits else out.strip().splitlines()[-1])
+    return wall, cpu, info["ms_per_step"]
+
+
+def concurrent(n: int, epochs: int, a: argparse.Namespace, args: list[str], tmp: str) -> float:
+    """Wall seconds of ``n`` copies of a fit started at once, until the last ends; each gets its share of the cores
+    (``OMP_NUM_THREADS``, unless ``--threads`` set it): OpenMP threads over the cores' number spin-wait on each other."""
+    env = child_env(a.threads or max(1, (os.cpu_count() or 1) // n))
+    cmds = [fit_command(a.dataset, epochs, a.data_dir, f"{tmp}/conc{n}_{i}", Path(tmp) / f"conc{n}_{i}.json", args)
+            for i in range(n)]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    procs = [subprocess.Popen(c, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for c in cmds]
+    errors = [p.communicate()[1] for p in procs]
     wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu, proc.stdout
-
-
-def commands(dataset: str, epochs: int, data_dir: str, run_dir: str, callback: str, callback_path: Path,
-             fit_args: list[str]) -> tuple[list[str], list[str]]:
-    """The fit (``configs/<dataset>_ot.yaml`` as a user runs it, plus ``callback`` writing to ``callback_path``) and
-    the bare loop's command lines, for the same data and epochs."""
-    fit = [sys.executable, "-m", "lit_otclust", "fit", "--config", f"configs/{dataset}_ot.yaml",
-           "--trainer.max_epochs", str(epochs), "--data.data_dir", data_dir,
-           "--trainer.default_root_dir", run_dir, "--trainer.enable_progress_bar", "true",
-           f"--trainer.callbacks+={callback}", f"--trainer.callbacks.init_args.path={callback_path}", *fit_args]
-    bare = [sys.executable, "-m", "benchmarks.bare_loop", "--dataset", dataset, "--epochs", str(epochs),
-            "--data-dir", data_dir]
-    return fit, bare
-
-
-def alternate(pair: int, fit: list[str], bare: list[str], lean: list[str] | None = None) -> tuple[tuple[str, list[str]], ...]:
-    """The pair's runs, named, in an order rotated from pair to pair (so a slow drift of the machine weighs on all
-    alike): the fit first in even pairs and the bare loop first in odd ones; with ``lean``, fit, lean, bare rotated
-    by one each pair."""
-    runs = [("fit", fit), *([("lean", lean)] if lean else []), ("bare", bare)]
-    first = pair % len(runs)
-    return tuple(runs[first:] + runs[:first])
-
-
-def pair_parser(doc: str) -> argparse.ArgumentParser:
-    """The options of a benchmark that runs the fit and the bare loop in alternating pairs; parse it with
-    ``parse_known_args``: any other argument is an override for the fit, e.g. ``--trainer.logger=false``."""
-    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", choices=["mnist", "cifar10"], default="mnist")
-    parser.add_argument("--data-dir", default="../shared/data")
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--pairs", type=int, default=3)
-    return parser
-
-
-def child_env() -> dict[str, str]:
-    """The environment of the timed processes: W&B offline (unless set) and quiet."""
-    return {**os.environ, "WANDB_MODE": os.environ.get("WANDB_MODE", "offline"), "WANDB_SILENT": "true"}
+    for p, err in zip(procs, errors):
+        if p.returncode != 0:
+            raise RuntimeError(f"a concurrent fit failed (rc {p.returncode}):\n{err[-3000:]}")
+    return wall
 
 
 def main() -> None:
-    parser = pair_parser(__doc__)
-    parser.add_argument("--fit-only", action="store_true", help="time the fit alone, with the 200-epoch estimate")
-    parser.add_argument("--lean", action="store_true", help="also time the fit with loggers, checkpoints and pictures "
-                                                            "off, in each pair")
-    args, fit_args = parser.parse_known_args()
-    env = child_env()
-    data_dir = str(Path(args.data_dir).resolve())
-    rows: dict[str, list[tuple[float, float, dict]]] = {"fit": [], **({"lean": []} if args.lean else {}), "bare": []}
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dataset", choices=["mnist", "cifar10"], default="mnist")
+    p.add_argument("--data-dir", default="../shared/data")
+    p.add_argument("--epochs", type=int, nargs=2, default=[1, 3], metavar=("E1", "E2"))
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of every process (default: unset)")
+    p.add_argument("--variant", nargs=2, action="append", metavar=("NAME", "ARGS"),
+                   help="a fit and its overrides (one shell-quoted string); default: solve '' ")
+    p.add_argument("--bare", nargs="*", choices=["solve", "fixed"], default=[], help="bare loops with these solvers")
+    p.add_argument("--bare-iters", type=int, default=10, help="the bare loop's --iters with --bare fixed")
+    p.add_argument("--concurrent", type=int, nargs="*", default=[], help="copies of the first variant run at once")
+    a, common = p.parse_known_args()
+    a.data_dir = str(Path(a.data_dir).resolve())
+    (e1, e2), env = a.epochs, child_env(a.threads)
+    fits = {name: [*common, *shlex.split(extra)] for name, extra in (a.variant or [("solve", "")])}
+    names = [*fits, *(f"bare-{s}" for s in a.bare)]
+    print(f"{a.dataset}, epochs {e1} and {e2}, {a.rounds} round(s), OMP_NUM_THREADS={env.get('OMP_NUM_THREADS')}, "
+          f"common overrides {common}")
+    walls = {(n, e): [] for n in names for e in (e1, e2)}
+    cpus = {(n, e): [] for n in names for e in (e1, e2)}
+    steps: dict[str, list[float]] = {n: [] for n in names}
+    failed: set[str] = set()
     with tempfile.TemporaryDirectory() as tmp:
-        for pair in range(args.pairs):
-            timer_file = Path(tmp) / f"timer{pair}.json"
-            fit, bare = commands(args.dataset, args.epochs, data_dir, f"{tmp}/run{pair}",
-                                 "benchmarks.bench_fit.StepTimer", timer_file, fit_args)
-            order = alternate(pair, fit, bare, [*fit, *LEAN] if args.lean else None)
-            for name, cmd in [run for run in order if run[0] == "fit"] if args.fit_only else order:
-                wall, cpu, out = timed(cmd, env)
-                # The fits' times from StepTimer's file, the bare loop's from its last line.
-                info = json.loads(out.strip().splitlines()[-1] if name == "bare" else timer_file.read_text())
-                rows[name].append((wall, cpu, info))
-                print(f"pair {pair} {name:4s}: wall {wall:6.1f} s  cpu {cpu:6.1f} s  "
-                      f"{info['ms_per_step']:.1f} ms/step  eval {info['eval_s'] / args.epochs:.2f} s/epoch", flush=True)
-    if args.fit_only:
-        for wall, _, info in rows["fit"]:
-            epoch = (info["train_s"] + info["eval_s"]) / args.epochs
-            rest = wall - args.epochs * epoch
-            print(f"fit: {args.epochs} epochs in {wall:.1f} s: {info['ms_per_step']:.2f} ms a step, evaluation "
-                  f"{info['eval_s'] / args.epochs:.2f} s an epoch, {epoch:.2f} s an epoch in all, {rest:.1f} s outside "
-                  f"the epochs; 200 epochs: about {(200 * epoch + rest) / 60:.1f} min")
-        return
-    med = {name: {"wall": statistics.median(r[0] for r in rs), "cpu": statistics.median(r[1] for r in rs),
-                  "step": statistics.median(r[2]["ms_per_step"] for r in rs),
-                  "eval": statistics.median(r[2]["eval_s"] / args.epochs for r in rs),
-                  "epoch": statistics.median((r[2]["train_s"] + r[2]["eval_s"]) / args.epochs for r in rs)}
-           for name, rs in rows.items()}
-    print(f"\n{args.dataset}, {args.epochs} epochs, median of {args.pairs} (run alternately):")
-    print("            |  wall s |   cpu s | ms/step | eval s/epoch | eval share of epoch | rest s")
-    for name in rows:
-        m = med[name]
-        # rest: the wall time outside the epochs' batches and evaluations (imports, set-up, the k-means
-        # init, loggers, checkpoints, final pictures, shut-down): fixed costs, which a long run amortises.
-        rest = m["wall"] - args.epochs * m["epoch"]
-        print(f"  {name:9s} | {m['wall']:7.1f} | {m['cpu']:7.1f} | {m['step']:7.1f} | {m['eval']:12.2f} | "
-              f"{m['eval'] / m['epoch']:19.1%} | {rest:6.1f}")
-    b = med["bare"]
-    for name in [n for n in rows if n != "bare"]:
-        f = med[name]
-        label = "ratio" if name == "fit" else f"{name}/bare"
-        print(f"  {label:9s} | {f['wall'] / b['wall']:6.2f}x | {f['cpu'] / b['cpu']:6.2f}x | "
-              f"{f['step'] / b['step']:6.2f}x |")
-    # Within a pair both ran back to back, so their ratio cancels slow drifts of the machine; the spread of these
-    # ratios says how far the medians above can be trusted.
-    for name in [n for n in rows if n != "bare"]:
-        for label, key in (("wall", lambda r: r[0]), ("ms/step", lambda r: r[2]["ms_per_step"])):
-            paired = [key(rf) / key(rb) for rf, rb in zip(rows[name], rows["bare"])]
-            print(f"  {'' if name == 'fit' else name + ' '}{label} ratio within each pair: "
-                  f"{', '.join(f'{r:.2f}x' for r in paired)} (median {statistics.median(paired):.2f}x)")
+        for r in range(a.rounds):
+            for n, e in rotated([(n, e) for n in names for e in (e1, e2)], r):
+                if n in failed:
+                    continue
+                try:
+                    wall, cpu, ms = run_once(n, e, a, fits, tmp, f"{n}_{e}_{r}", env)
+                except RuntimeError as err:  # one broken variant leaves the others' figures (a GPU lease is short)
+                    print(f"  {n} failed, left out:\n{err}", flush=True)
+                    failed.add(n)
+                    continue
+                walls[n, e].append(wall)
+                cpus[n, e].append(cpu)
+                steps[n].append(ms)
+                print(f"  round {r} {n:>14} {e:3d} epochs: wall {wall:7.1f} s, cpu {cpu:7.1f} s, {ms:6.2f} ms a step",
+                      flush=True)
+        names = [n for n in names if n not in failed]
+        marginal = {n: [(b - a_) / (e2 - e1) for a_, b in zip(walls[n, e1], walls[n, e2])] for n in names}
+        cpu_marginal = {n: [(b - a_) / (e2 - e1) for a_, b in zip(cpus[n, e1], cpus[n, e2])] for n in names}
+        fixed = {n: [w - e1 * m for w, m in zip(walls[n, e1], marginal[n])] for n in names}
+        bare = next((n for n in names if n.startswith("bare-")), None)
+        rows = []
+        for n in names:
+            m, f = median(marginal[n]), median(fixed[n])
+            ref = f"bare-{n}" if f"bare-{n}" in names else bare
+            over = ([ref, f"{median([x / y for x, y in zip(marginal[n], marginal[ref])]):.2f}x",
+                     f"{median([x / y for x, y in zip(cpu_marginal[n], cpu_marginal[ref])]):.2f}x"] if bare else [])
+            rows.append([n, f"{m:.2f}", f"{min(marginal[n]):.2f}-{max(marginal[n]):.2f}", f"{f:.1f}",
+                         f"{median(steps[n]):.2f}", f"{(f + 200 * m) / 60:.1f}", f"{median(cpu_marginal[n]):.2f}",
+                         *over])
+        print(f"\nmedians over {a.rounds} round(s):")
+        table(["variant", "s/epoch", "range", "fixed s", "ms/step", "200 ep min", "cpu s/epoch",
+               *(["over", "s/epoch /", "cpu /"] if bare else [])], rows)
+        if a.concurrent and names and names[0] in fits:
+            first, f = names[0], median(fixed[names[0]])
+            print(f"\n{first}: N copies at once, {e2} epochs each; 200-epoch projection: each run's time beyond "
+                  f"the single run's fixed cost ({f:.1f} s) scaled by 200/{e2}")
+            rows = []
+            for n in a.concurrent:
+                try:
+                    wall = concurrent(n, e2, a, fits[first], tmp)
+                except RuntimeError as err:
+                    print(f"  N={n} failed:\n{err}", flush=True)
+                    failed.add(f"{n} concurrent")
+                    break
+                long = f + (wall - f) * 200 / e2
+                rows.append([str(n), f"{wall:.1f}", f"{n * 3600 / wall:.1f}", f"{long / 60:.1f}",
+                             f"{n * 3600 / long:.1f}", f"{50 / (n * 3600 / long):.2f}"])
+                print(f"  N={n}: {wall:.1f} s", flush=True)
+            table(["N", "wall s", f"{e2}-ep runs/h", "200-ep run min", "200-ep runs/h", "h for 50x200"], rows)
+    if failed:
+        sys.exit(f"failed: {', '.join(sorted(failed))}")
 
 
 if __name__ == "__main__":

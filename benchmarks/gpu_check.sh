@@ -1,40 +1,82 @@
 #!/usr/bin/env bash
-# Issue #10's GPU checks in one command, where a CUDA GPU is:
+# The checks to run whenever a CUDA GPU is lent, everything printed to stdout:
 #
-#     bash benchmarks/gpu_check.sh [DATA_DIR] [EPOCHS] 2>&1 | tee benchmarks/results/gpu_check.txt
+#     bash benchmarks/gpu_check.sh [--cpu] [--dry-run] [--data-dir DIR] [STAGE ...]
 #
-# 1. tests/test_cuda.py: the Sinkhorn and its gradient on the GPU against the CPU, the distributed Sinkhorn under
-#    NCCL (one rank a GPU, up to two), a fit with the data on the device that draws its pictures and predicts;
-# 2. where a step's time goes (benchmarks/bench_gpu_step.py: launches and host syncs a step, profiler top operators),
-#    and whether torch.compile of the Sinkhorn block cuts its launches (benchmarks/bench_sinkhorn_compile.py);
-# 3. the time of `fit --config configs/mnist_ot.yaml` on one GPU, data on the device, EPOCHS epochs (default 10),
-#    per step, evaluation per epoch, and the 200-epoch estimate (issue #10's goal: under 2 minutes), and Lightning's
-#    own cost a step on this host (benchmarks/bench_lightning_floor.py);
-# 4. with two GPUs or more, the same fit under DDP on two of them.
-# DATA_DIR (default ../shared/data) holds MNIST in torchvision's layout.
-set -euo pipefail
+# Stages (default: all four, in this order; about 10 minutes in all on an H100 without `concurrent`, ~5 more with it,
+# so on a short lease run `tests step fit`, then `concurrent`):
+#   tests       tests/test_cuda.py (the Sinkhorn and its gradient against the CPU's, NCCL, a fit with the data on the
+#               device that draws and predicts);
+#   step        one training step (fixed solve) eager against torch.compile'd, modes default and reduce-overhead
+#               (benchmarks/bench_compile.py);
+#   fit         `fit --config configs/mnist_ot.yaml`, data on the device, fixed solve with 10 iterations, eager and with
+#               each --model.compile mode, on 5 and 20 epochs: the marginal epoch, the fixed cost, the 200-epoch
+#               projection (benchmarks/bench_fit.py);
+#   concurrent  N = 1, 2, 4, 8 such 20-epoch fits at once on the one GPU: runs per hour, and 200-epoch runs per hour
+#               projected (the goal: 50 runs of 200 epochs within an hour on one H100).
+# --cpu: the same on the CPU, small (2,000 images, 1 and 2 epochs, N = 1, 2, eager and default only), to check the
+# script where no GPU is (tests/test_benchmarks.py). --dry-run: print the commands, run nothing.
+# Settings from the environment: EPOCHS ("5 20"), CONCURRENT ("1 2 4 8"), COMPILE (the fit stage's modes, "false
+# default reduce-overhead"), CONCURRENT_COMPILE (the concurrent fits' mode, "false").
+set -uo pipefail
+exec 2>&1
 cd "$(dirname "$0")/.."
-DATA=${1:-../shared/data}
-EPOCHS=${2:-10}
+DATA=../shared/data CPU=0 DRY=0 STAGES=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --cpu) CPU=1 ;;
+        --dry-run) DRY=1 ;;
+        --data-dir) DATA=$2; shift ;;
+        tests|step|fit|concurrent) STAGES+=("$1") ;;
+        *) echo "unknown argument: $1"; exit 2 ;;
+    esac
+    shift
+done
+[ ${#STAGES[@]} -eq 0 ] && STAGES=(tests step fit concurrent)
 export WANDB_MODE=${WANDB_MODE:-offline} WANDB_SILENT=true PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name(0))"
-# A failing test does not skip the timings below (a device lease is short); the script exits non-zero at the end.
-tests_rc=0
-LIT_OTCLUST_DATA=$DATA python -m pytest -q -rs tests/test_cuda.py || tests_rc=$?
-python -m benchmarks.bench_gpu_step --data-dir "$DATA" --steps 100 || echo "bench_gpu_step failed (rc $?)"
-python -m benchmarks.bench_sinkhorn_compile --device cuda || echo "bench_sinkhorn_compile failed (rc $?)"
-fit() {  # fit NAME EXTRA_ARGS...: time one fit on the GPU, data on the device (benchmarks/bench_fit.py --fit-only)
-    echo "$1:"; shift
-    python -m benchmarks.bench_fit --fit-only --pairs 1 --epochs "$EPOCHS" --data-dir "$DATA" \
-        --trainer.enable_progress_bar false --data.init_args.on_device true --trainer.accelerator gpu "$@"
-}
-fit one_gpu --trainer.devices 1
-# Lightning's own cost a step on this host (a no-op model).
-python -m benchmarks.bench_lightning_floor --epochs 2 || echo "bench_lightning_floor failed (rc $?)"
-if [ "$(python -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
-    fit ddp_two_gpus --trainer.devices 2 --trainer.strategy ddp
+if [ "$CPU" -eq 1 ]; then
+    DEVICE=cpu PLACE=(--trainer.accelerator cpu --data.init_args.subset 2000)
+    EPOCHS=${EPOCHS:-1 2} CONCURRENT=${CONCURRENT:-1 2} COMPILE=${COMPILE:-false default} STEP=(--steps 2 --rounds 1)
 else
-    echo "ddp_two_gpus: not run (one GPU; tests/test_cuda.py ran the distributed Sinkhorn under NCCL on it)"
+    DEVICE=cuda PLACE=(--trainer.accelerator gpu --trainer.devices 1 --data.init_args.on_device true
+                       --data.init_args.num_workers 0)
+    EPOCHS=${EPOCHS:-5 20} CONCURRENT=${CONCURRENT:-1 2 4 8} COMPILE=${COMPILE:-false default reduce-overhead}
+    STEP=(--steps 50 --rounds 5)
 fi
-if [ "$tests_rc" -ne 0 ]; then echo "tests/test_cuda.py failed (rc $tests_rc)"; exit "$tests_rc"; fi
+FIXED=(--model.sinkhorn_solver fixed --model.sinkhorn_iters 10)
+failed=()
+run() {  # run NAME CMD...: print and run one command; a failure is reported at the end, the next stage still runs
+    local name=$1; shift
+    echo; echo "== $name: $(printf '%q ' "$@")"
+    [ "$DRY" -eq 1 ] && return 0
+    "$@" || failed+=("$name (rc $?)")
+}
+
+if [ "$DRY" -eq 0 ]; then
+    command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+    python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda,
+      torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU'); print('cpu cores', __import__('os').cpu_count())"
+fi
+for stage in "${STAGES[@]}"; do
+    case $stage in
+        tests) run tests env LIT_OTCLUST_DATA="$DATA" python -m pytest -q -rs -p no:cacheprovider tests/test_cuda.py ;;
+        step)
+            run step_default python -m benchmarks.bench_compile --device $DEVICE --mode default "${STEP[@]}"
+            [ "$CPU" -eq 0 ] && run step_reduce_overhead python -m benchmarks.bench_compile --device $DEVICE \
+                --mode reduce-overhead --variants eager both "${STEP[@]}" ;;
+        fit)
+            variants=()
+            for mode in $COMPILE; do variants+=(--variant "compile=$mode" "--model.compile $mode"); done
+            # shellcheck disable=SC2086  # EPOCHS is a list
+            run fit python -m benchmarks.bench_fit --data-dir "$DATA" --epochs $EPOCHS --rounds 1 "${variants[@]}" \
+                "${FIXED[@]}" "${PLACE[@]}" ;;
+        concurrent)
+            # shellcheck disable=SC2086
+            run concurrent python -m benchmarks.bench_fit --data-dir "$DATA" --epochs $EPOCHS --rounds 1 \
+                --variant "compile=${CONCURRENT_COMPILE:-false}" "--model.compile ${CONCURRENT_COMPILE:-false}" \
+                --concurrent $CONCURRENT "${FIXED[@]}" "${PLACE[@]}" ;;
+    esac
+done
+echo
+if [ ${#failed[@]} -gt 0 ]; then echo "FAILED: ${failed[*]}"; exit 1; fi
+echo "gpu_check: all stages ran"

@@ -1,43 +1,68 @@
-"""Helpers of benchmarks/ whose figures the README quotes."""
+"""The maintained tools of benchmarks/ run, as subprocesses on tiny settings: a broken benchmark is caught here, not on
+a short GPU lease. Nothing here imports from benchmarks/."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+import subprocess
+import sys
 
 import pytest
-
-from benchmarks.fit_ratio_ci import pair_ratios
-
-
-def test_pair_ratios_reads_each_complete_pair_of_a_bench_fit_record(tmp_path: Path):
-    record = tmp_path / "bench_fit.txt"
-    record.write_text("# python -m benchmarks.bench_fit ...\n"
-                      "pair 0 fit : wall   16.4 s  cpu   28.7 s  13.4 ms/step  eval 0.33 s/epoch\n"
-                      "pair 0 bare: wall   14.7 s  cpu   25.6 s  12.3 ms/step  eval 0.25 s/epoch\n"
-                      "pair 1 bare: wall   15.0 s  cpu   26.2 s  12.5 ms/step  eval 0.25 s/epoch\n"
-                      "pair 1 fit : wall   17.3 s  cpu   30.2 s  14.3 ms/step  eval 0.33 s/epoch\n"
-                      "pair 2 fit : wall   17.2 s  cpu   29.9 s  14.1 ms/step  eval 0.32 s/epoch\n"  # cut short
-                      "  ratio     |   1.17x |   1.16x |   1.15x |\n")
-    assert pair_ratios(record) == pytest.approx([16.4 / 14.7, 17.3 / 15.0])
+from conftest import REPO_ROOT
 
 
-def test_pair_ratios_of_a_lean_record_take_the_named_variant_over_the_named_reference(tmp_path: Path):
-    record = tmp_path / "bench_fit_lean.txt"
-    record.write_text("pair 0 fit : wall   24.4 s  cpu   43.1 s  20.6 ms/step  eval 0.56 s/epoch\n"
-                      "pair 0 lean: wall   22.7 s  cpu   41.3 s  20.3 ms/step  eval 0.61 s/epoch\n"
-                      "pair 0 bare: wall   22.5 s  cpu   40.5 s  20.2 ms/step  eval 0.58 s/epoch\n"
-                      "pair 1 lean: wall   23.7 s  cpu   42.1 s  19.8 ms/step  eval 0.61 s/epoch\n"
-                      "pair 1 bare: wall   23.2 s  cpu   41.5 s  20.5 ms/step  eval 0.56 s/epoch\n"  # its fit cut short
-                      "  lean/bare |   1.06x |   1.09x |   1.11x |\n")
-    assert pair_ratios(record) == pytest.approx([24.4 / 22.5])
-    assert pair_ratios(record, "lean") == pytest.approx([22.7 / 22.5, 23.7 / 23.2])
-    assert pair_ratios(record, "fit", over="lean") == pytest.approx([24.4 / 22.7])
+def _run(cmd: list[str], timeout: int = 1200) -> str:
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout,
+                          check=False)
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
 
 
-def test_alternate_rotates_the_runs_so_each_goes_first_in_turn():
-    from benchmarks.bench_fit import alternate
+def test_gpu_check_dry_run_prints_the_gpu_commands():
+    out = _run(["bash", "benchmarks/gpu_check.sh", "--dry-run", "--data-dir", "/data"])
+    stages = [line for line in out.splitlines() if line.startswith("== ")]
+    assert [line.split(":")[0] for line in stages] == ["== tests", "== step_default", "== step_reduce_overhead",
+                                                       "== fit", "== concurrent"]
+    fit, concurrent = stages[3], stages[4]
+    for line in (fit, concurrent):
+        assert "--epochs 5 20" in line and "--data.init_args.on_device true" in line
+        assert "--trainer.accelerator gpu --trainer.devices 1" in line and "--model.sinkhorn_solver fixed" in line
+    for mode in ("false", "default", "reduce-overhead"):
+        assert f"--model.compile\\ {mode}" in fit
+    assert "--concurrent 1 2 4 8" in concurrent
+    assert "tests/test_cuda.py" in stages[0]
 
-    two = [[name for name, _ in alternate(pair, ["fit"], ["bare"])] for pair in range(2)]
-    assert two == [["fit", "bare"], ["bare", "fit"]]
-    three = [[name for name, cmd in alternate(pair, ["fit"], ["bare"], ["lean"])] for pair in range(3)]
-    assert three == [["fit", "lean", "bare"], ["lean", "bare", "fit"], ["bare", "fit", "lean"]]
+
+def test_gpu_check_refuses_an_unknown_argument():
+    proc = subprocess.run(["bash", "benchmarks/gpu_check.sh", "--dry-run", "--epochs"], cwd=REPO_ROOT,
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and "unknown argument: --epochs" in proc.stdout
+
+
+@pytest.mark.slow
+def test_gpu_check_runs_every_stage_on_the_cpu(data_dir):
+    out = _run(["bash", "benchmarks/gpu_check.sh", "--cpu", "--data-dir", str(data_dir)])
+    assert "gpu_check: all stages ran" in out and "FAILED" not in out
+    assert "200 ep min" in out  # the fit stage's table: marginal epoch, fixed cost, projection
+    for variant in ("compile=false", "compile=default"):
+        assert f"  {variant} |" in out or f" {variant} |" in out
+    assert "200-ep runs/h" in out and "\n  N=2:" in out  # the concurrent stage
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [
+    ["benchmarks.bench_fit", "--epochs", "1", "2", "--rounds", "1", "--variant", "fixed",
+     "--model.sinkhorn_solver fixed --model.sinkhorn_iters 3", "--bare", "fixed", "--data.init_args.subset", "600"],
+    ["benchmarks.bench_sinkhorn", "--rounds", "1", "--sizes", "300", "10", "--eps", "0.1"],
+    ["benchmarks.bench_data", "--datasets", "mnist", "--rounds", "1"],
+    ["benchmarks.bench_eval_batch", "--sizes", "5000", "--rounds", "1"],
+    ["benchmarks.bench_compile", "--variants", "eager", "loss", "--steps", "1", "--rounds", "1"],
+], ids=lambda args: args[0])
+def test_each_benchmark_runs_on_tiny_settings(args, data_dir):
+    extra = [] if args[0] in ("benchmarks.bench_sinkhorn", "benchmarks.bench_compile") else ["--data-dir", str(data_dir)]
+    out = _run([sys.executable, "-m", *args, *extra])
+    expected = {"benchmarks.bench_fit": "| bare-fixed |", "benchmarks.bench_sinkhorn": "(300, 10)",
+                "benchmarks.bench_data": "train epoch", "benchmarks.bench_eval_batch": "eval_batch_size   5000",
+                "benchmarks.bench_compile": "cpu / eager"}[args[0]]
+    assert expected in out

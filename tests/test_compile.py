@@ -1,0 +1,61 @@
+"""``model.compile``: the compiled training step computes what the eager one does, and checkpoints keep their keys."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lit_otclust.losses import ot_clustering_loss
+from lit_otclust.models import MLPAutoencoder
+from lit_otclust.system import DeepClustering
+
+
+def _module(compile, solver: str = "fixed") -> DeepClustering:
+    torch.manual_seed(0)
+    model = DeepClustering(MLPAutoencoder(input_shape=(64,), hidden_dims=(32,), latent_dim=4), num_clusters=3,
+                           sinkhorn_solver=solver, sinkhorn_iters=5, clustering_weight=0.1, compile=compile)
+    model.configure_model()
+    model.joint = True
+    with torch.no_grad():
+        model.centers.copy_(torch.randn(3, 4))
+    return model
+
+
+def _train(model: DeepClustering, steps: int = 3) -> tuple[list[float], dict[str, torch.Tensor]]:
+    """``steps`` training steps on seeded batches, Adam as the system configures it: each loss and the end state."""
+    opt = model.configure_optimizers()["optimizer"]
+    gen = torch.Generator().manual_seed(1)
+    losses = []
+    for _ in range(steps):
+        x, y = torch.rand(60, 64, generator=gen), torch.randint(0, 3, (60,), generator=gen)
+        loss = model.training_step((x, y, torch.arange(60)), 0)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_compile_keeps_the_state_dict_keys_compiles_once_and_refuses_unknown_modes():
+    eager, compiled = _module(False), _module("default")
+    assert compiled.state_dict().keys() == eager.state_dict().keys()  # checkpoints load either way
+    assert eager._ot_loss is ot_clustering_loss and compiled._ot_loss is not ot_clustering_loss
+    loss_fn = compiled._ot_loss
+    compiled.configure_model()  # Lightning calls it again at validate, test and predict
+    assert compiled._ot_loss is loss_fn
+    # The solve to tolerance reads the host as it iterates: only the autoencoder is compiled.
+    assert _module("default", solver="solve")._ot_loss is ot_clustering_loss
+    with pytest.raises(ValueError, match="compile must be"):
+        DeepClustering(MLPAutoencoder(), compile="max-autotune")
+
+
+@pytest.mark.slow  # inductor builds C++ kernels: tens of seconds on a CPU
+def test_the_compiled_training_step_equals_the_eager_one():
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    eager_losses, eager_state = _train(_module(False))
+    compiled_losses, compiled_state = _train(_module("default"))
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 2  # the autoencoder and the loss, compiled
+    assert compiled_losses == pytest.approx(eager_losses, rel=1e-5)
+    for name, value in eager_state.items():
+        torch.testing.assert_close(compiled_state[name], value, rtol=1e-4, atol=1e-5, msg=name)
