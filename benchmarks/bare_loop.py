@@ -100,7 +100,9 @@ def main() -> None:
     stamps["data"] = stamp()
     n, k, batch = len(y), 10, 300
     heldout = slice(n - 10_000, n)  # the test split is the tail of "all"
-    lam = args.clustering_weight if args.clustering_weight is not None else (1 / 300 if args.dataset == "mnist" else 1.0)
+    lam = args.clustering_weight
+    if lam is None:
+        lam = 1 / 300 if args.dataset == "mnist" else 1.0
     model = MLPAutoencoder() if args.dataset == "mnist" else ConvAutoencoder()
     w = torch.full((k,), 1.0 / k)
 

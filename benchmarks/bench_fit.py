@@ -13,11 +13,11 @@ process runs once a round, in an order rotated each round. A round's marginal ep
 ``(wall(E2) - wall(E1)) / (E2 - E1)``: what one more epoch costs, with the start-up, the k-means init and the
 shut-down (the same in both) taken out; its fixed cost is ``wall(E1) - E1 * marginal``. Printed: the medians over
 the rounds, the range, the 200-epoch projection ``fixed + 200 * marginal``, each variant's marginal epoch over its
-bare loop's (``bare-NAME`` for variant NAME, else the first bare loop; round by round), the fit's own per-step time (:class:`StepTimer`), and the marginal epoch in CPU seconds (user +
-system, the same difference): on a machine whose cores other work shares, a steadier figure than the wall's. ``--concurrent N ...`` then starts N copies
-of the first variant at once at E2 epochs, for each N (each with OMP_NUM_THREADS = cores / N unless ``--threads``),
-and prints runs per hour, with a 200-epoch projection that scales each run's time beyond the single run's fixed
-cost.
+bare loop's (``bare-NAME`` for variant NAME, else the first bare loop; round by round), the fit's own per-step time
+(:class:`StepTimer`), and the marginal epoch in CPU seconds (user + system, the same difference): on a machine whose
+cores other work shares, a steadier figure than the wall's. ``--concurrent N ...`` then starts N copies of the first
+variant at once at E2 epochs, for each N (each with OMP_NUM_THREADS = cores / N unless ``--threads``), and prints
+runs per hour, with a 200-epoch projection that scales each run's time beyond the single run's fixed cost.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def run_once(name: str, epochs: int, a: argparse.Namespace, fits: dict[str, list
 
 def concurrent(n: int, epochs: int, a: argparse.Namespace, args: list[str], tmp: str) -> float:
     """Wall seconds of ``n`` copies of a fit started at once, until the last ends; each gets its share of the cores
-    (``OMP_NUM_THREADS``, unless ``--threads`` set it): OpenMP threads over the cores' number spin-wait on each other."""
+    (``OMP_NUM_THREADS``, unless ``--threads`` set it): OpenMP threads beyond the cores spin-wait on each other."""
     env = child_env(a.threads or max(1, (os.cpu_count() or 1) // n))
     cmds = [fit_command(a.dataset, epochs, a.data_dir, f"{tmp}/conc{n}_{i}", Path(tmp) / f"conc{n}_{i}.json", args)
             for i in range(n)]
@@ -176,8 +176,9 @@ def main() -> None:
                     failed.add(f"{n} concurrent")
                     break
                 long = f + (wall - f) * 200 / e2
-                rows.append([str(n), f"{wall:.1f}", f"{n * 3600 / wall:.1f}", f"{long / 60:.1f}",
-                             f"{n * 3600 / long:.1f}", f"{50 / (n * 3600 / long):.2f}"])
+                projected = ([f"{long / 60:.1f}", f"{n * 3600 / long:.1f}", f"{50 * long / (n * 3600):.2f}"]
+                             if wall > f else ["-"] * 3)  # runs shorter than the fixed cost: nothing to scale
+                rows.append([str(n), f"{wall:.1f}", f"{n * 3600 / wall:.1f}", *projected])
                 print(f"  N={n}: {wall:.1f} s", flush=True)
             table(["N", "wall s", f"{e2}-ep runs/h", "200-ep run min", "200-ep runs/h", "h for 50x200"], rows)
     if failed:

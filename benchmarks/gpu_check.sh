@@ -14,8 +14,8 @@
 #               projection (benchmarks/bench_fit.py);
 #   concurrent  N = 1, 2, 4, 8 such 20-epoch fits at once on the one GPU: runs per hour, and 200-epoch runs per hour
 #               projected (the goal: 50 runs of 200 epochs within an hour on one H100).
-# --cpu: the same on the CPU, small (2,000 images, 1 and 2 epochs, N = 1, 2, eager and default only), to check the
-# script where no GPU is (tests/test_benchmarks.py). --dry-run: print the commands, run nothing.
+# --cpu: the same on the CPU, small (2,000 images, 1 and 2 epochs, N = 1, 2, eager and default only, one thread a
+# process), to check the script where no GPU is (tests/test_benchmarks.py). --dry-run: print the commands, run nothing.
 # Settings from the environment: EPOCHS ("5 20"), CONCURRENT ("1 2 4 8"), COMPILE (the fit stage's modes, "false
 # default reduce-overhead"), CONCURRENT_COMPILE (the concurrent fits' mode, "false").
 set -uo pipefail
@@ -35,7 +35,7 @@ done
 [ ${#STAGES[@]} -eq 0 ] && STAGES=(tests step fit concurrent)
 export WANDB_MODE=${WANDB_MODE:-offline} WANDB_SILENT=true PYTHONUNBUFFERED=1
 if [ "$CPU" -eq 1 ]; then
-    DEVICE=cpu PLACE=(--trainer.accelerator cpu --data.init_args.subset 2000)
+    DEVICE=cpu PLACE=(--trainer.accelerator cpu --data.init_args.subset 2000 --threads 1)
     EPOCHS=${EPOCHS:-1 2} CONCURRENT=${CONCURRENT:-1 2} COMPILE=${COMPILE:-false default} STEP=(--steps 2 --rounds 1)
 else
     DEVICE=cuda PLACE=(--trainer.accelerator gpu --trainer.devices 1 --data.init_args.on_device true
@@ -54,8 +54,8 @@ run() {  # run NAME CMD...: print and run one command; a failure is reported at 
 
 if [ "$DRY" -eq 0 ]; then
     command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-    python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda,
-      torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU'); print('cpu cores', __import__('os').cpu_count())"
+    python -c "import os, torch; print('torch', torch.__version__, 'cuda', torch.version.cuda,
+      torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU', 'cpu cores', os.cpu_count())"
 fi
 for stage in "${STAGES[@]}"; do
     case $stage in

@@ -15,7 +15,8 @@ def _run(cmd: list[str], timeout: int = 1200) -> str:
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout,
                           check=False)
-    assert proc.returncode == 0, f"{' '.join(cmd)} failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    assert proc.returncode == 0, (f"{' '.join(cmd)} failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n"
+                                  f"{proc.stderr[-3000:]}")
     return proc.stdout
 
 
@@ -60,7 +61,8 @@ def test_gpu_check_runs_every_stage_on_the_cpu(data_dir):
     ["benchmarks.bench_compile", "--variants", "eager", "loss", "--steps", "1", "--rounds", "1"],
 ], ids=lambda args: args[0])
 def test_each_benchmark_runs_on_tiny_settings(args, data_dir):
-    extra = [] if args[0] in ("benchmarks.bench_sinkhorn", "benchmarks.bench_compile") else ["--data-dir", str(data_dir)]
+    no_data = ("benchmarks.bench_sinkhorn", "benchmarks.bench_compile")
+    extra = [] if args[0] in no_data else ["--data-dir", str(data_dir)]
     out = _run([sys.executable, "-m", *args, *extra])
     expected = {"benchmarks.bench_fit": "| bare-fixed |", "benchmarks.bench_sinkhorn": "(300, 10)",
                 "benchmarks.bench_data": "train epoch", "benchmarks.bench_eval_batch": "eval_batch_size   5000",
