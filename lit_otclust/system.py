@@ -294,7 +294,8 @@ class DeepClustering(L.LightningModule):
             z, centers = z / scale, centers / scale
         # The embedding's scale against epsilon: mean squared distance to the nearest center over epsilon. Far below
         # 1 every assignment is soft and the clustering term barely shapes the embedding; far above, nearly hard.
-        scale_stat = squared_distances(z.detach(), centers.detach()).min(1).values.mean() / epsilon
+        dist = squared_distances(z.detach(), centers.detach())  # (m, K), also each point's nearest center below
+        scale_stat = dist.min(1).values.mean() / epsilon
         if hp.clustering == "soft_kmeans":
             loss = soft_kmeans_loss(z, centers, epsilon=epsilon, form=hp.soft_kmeans_form)
             return loss, {"epsilon": epsilon, "scale": scale_stat}
@@ -321,7 +322,7 @@ class DeepClustering(L.LightningModule):
         # The share of points the size constraint sends to another center than their nearest (0 for soft
         # k-means): the batch noise a balanced plan pushes into the embedding (issue #14's diagnostic).
         if nearest is None:
-            nearest = squared_distances(z.detach(), centers.detach()).argmin(1)
+            nearest = dist.argmin(1)
         moved = (res.plan.argmax(1) != nearest).float().mean()
         stats = {"plan_moved": moved, "sinkhorn_iters": float(res.n_iter), "sinkhorn_error": res.marginal_error}
         if hp.sinkhorn_solver != "fixed":  # the fixed solve checks nothing: its error stays a tensor on the device
