@@ -115,8 +115,8 @@ class OTClusterCLI(LightningCLI):
         argv = sys.argv[1:] if argv is None else argv
         # The subcommand named first (`fit --config ...`), whose parser is then the only one built: Lightning builds a
         # whole parser (Trainer, model, data, callbacks) for each of fit, validate, test and predict: parsing and
-        # instantiating a config took 0.194 s with the four, 0.106 s with one (`bench_startup --cli`,
-        # benchmarks/results/bench_startup_cli_2026-11-26.txt). Anything else (`--help`, no subcommand, a typo) gets
+        # instantiating a config took 0.194 s with the four, 0.106 s with one (measured on 2 cores). Anything
+        # else (`--help`, no subcommand, a typo) gets
         # all four, so the help lists them and a wrong name is reported as before.
         named = isinstance(argv, (list, tuple)) and argv and argv[0] in LightningCLI.subcommands()
         self._only = argv[0] if named else None
@@ -234,7 +234,7 @@ def warn_if_cores_are_busy() -> None:
     """Warn when other work seems to hold the cores torch's threads will run on, unless the thread settings are
     the user's. torch's OpenMP threads spin-wait for each other at every parallel region; when another process
     holds a core, each wait lasts a scheduler time slice: with two 1-thread runs on these 2 cores, a short fit took
-    51.9 s at torch's default 2 threads against 13.2 s at 1 (``benchmarks/results/bench_threads.txt``)."""
+    51.9 s at torch's default 2 threads against 13.2 s at 1."""
     if not hasattr(os, "getloadavg") or {"OMP_NUM_THREADS", "OMP_WAIT_POLICY"} & set(os.environ):
         return
     if os.environ.get("LOCAL_RANK", "0") != "0" or os.environ.get("SLURM_PROCID", "0") != "0":  # DDP's other ranks

@@ -122,8 +122,7 @@ def _margins(fig: Figure, left: float, right: float, bottom: float, top: float, 
     """Place the subplots ``left``, ``right``, ``bottom`` and ``top`` inches from the figure's edges, ``gap`` inches
     apart side by side, with each drawing sizing its margins from what they hold (tick labels' characters, title
     lines). matplotlib's constrained layout measures every text in an extra drawing pass instead: a drawing of four
-    MNIST pictures took 0.60-0.62 s with it, 0.38-0.40 s without
-    (``benchmarks/results/bench_figures_margins_2026-11-26.txt``).
+    MNIST pictures took 0.60-0.62 s with it, 0.38-0.40 s without.
     A colorbar's slot (15% of its panel) holds its own ticks and label."""
     width, height = fig.get_size_inches()
     # The figure's own grid, not the one a colorbar splits its panel into.
@@ -138,7 +137,7 @@ def _title(ax: Axes, title: str) -> None:
     # At the axes' top (y = 1), where matplotlib's automatic placement puts it when no tick labels are above the
     # axes (none of these pictures has any): that placement measures every tick label on each drawing. The same
     # pixels (the four MNIST pictures compared); with save_png's compression level a drawing of them took
-    # 0.35-0.36 s instead of 0.39-0.40 (benchmarks/results/bench_figures_title_png_2026-11-26.txt).
+    # 0.35-0.36 s instead of 0.39-0.40.
     ax.set_title(title, fontsize=9, y=1.0)
 
 

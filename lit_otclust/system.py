@@ -515,8 +515,8 @@ class DeepClustering(L.LightningModule):
             self._log_metrics(name, name)
             self._log_sizes(name, sizes)
         # What this rank embedded, kept for the pictures drawn right after (ClusterFigures), which otherwise embed
-        # every sample again: as much as the evaluation itself (12.5 s an epoch on CIFAR-10 on 2 cores,
-        # benchmarks/results/bench_fit_cifar10_1ep.txt), every `figures.every_n_epochs` and at the end.
+        # every sample again: as much as the evaluation itself (12.5 s an epoch on CIFAR-10 on 2 cores),
+        # every `figures.every_n_epochs` and at the end.
         self.eval_embeddings = {EVAL_SETS[idx]: (self.global_step, torch.cat([i for i, _ in parts]),
                                                  torch.cat([z for _, z in parts]))
                                 for idx, parts in self._eval_z.items()}

@@ -507,7 +507,7 @@ def test_center_init_uniform_draws_dkm_centers_at_the_switch_whatever_the_embedd
 
 def test_the_scores_do_not_depend_on_the_evaluation_batch_size(data_dir):
     """The evaluation batch is a speed setting only (its default is the data set's fastest measured,
-    benchmarks/results/bench_eval_batch.txt): the default, an odd size and one batch of everything give the
+    python -m benchmarks.bench_eval_batch): the default, an odd size and one batch of everything give the
     same scores, held-out included."""
     torch.manual_seed(0)
     module = DeepClustering(MLPAutoencoder(), num_clusters=10)

@@ -78,7 +78,7 @@ class InMemoryDataModule(L.LightningDataModule):
     # Evaluation batches, unless eval_batch_size says otherwise. An evaluation pass is memory-bound: a CIFAR-10
     # evaluation (60k images, the conv encoder, 2 threads) took 9.5 s in batches of 10,000, 6.5 s of 2,000, 3.4 s
     # of 500 and 3.5 s of 250; MNIST's (70k, the MLP) 0.70 s of 10,000, 0.58 s of 2,000, 0.66 s of 500 (1 thread:
-    # 1.10, 0.87, 0.97 s) (python -m benchmarks.bench_eval_batch, benchmarks/results/bench_eval_batch.txt).
+    # 1.10, 0.87, 0.97 s) (python -m benchmarks.bench_eval_batch; benchmarks/README.md).
     # 500 for images of unknown shape; MNISTDataModule takes 2,000.
     default_eval_batch_size = DEFAULT_EVAL_BATCH_SIZE
 

@@ -139,7 +139,7 @@ class TorchvisionDataModule(InMemoryDataModule):
         if not self.download or self._downloaded():
             # Files present: nothing to fetch. torchvision's constructor with download=True would also read (CIFAR-10:
             # unpickle) every image here for setup() to read again: 1.3 s of each CIFAR-10 run's start, 0.05 s of
-            # MNIST's (benchmarks/results/bench_data_prepare_2026-11-26.txt). setup() reads them through torchvision
+            # MNIST's (python -m benchmarks.bench_data). setup() reads them through torchvision
             # and names a corrupt file.
             return
         for train in (True, False):
