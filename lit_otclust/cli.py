@@ -116,8 +116,8 @@ class OTClusterCLI(LightningCLI):
         # The subcommand named first (`fit --config ...`), whose parser is then the only one built: Lightning builds a
         # whole parser (Trainer, model, data, callbacks) for each of fit, validate, test and predict: parsing and
         # instantiating a config took 0.194 s with the four, 0.106 s with one (measured on 2 cores). Anything
-        # else (`--help`, no subcommand, a typo) gets
-        # all four, so the help lists them and a wrong name is reported as before.
+        # else (`--help`, no subcommand, a typo) gets all four, so the help lists them and a wrong name is reported
+        # as before.
         named = isinstance(argv, (list, tuple)) and argv and argv[0] in LightningCLI.subcommands()
         self._only = argv[0] if named else None
         self._command = list(argv) if isinstance(argv, (list, tuple)) else None  # for the resume command (RunSummary)
