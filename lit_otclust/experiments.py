@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--launcher", choices=["local", "slurm"], default="local")
     p.add_argument("--dry-run", action="store_true", help="print each run's command; start nothing")
     p.add_argument("--run", default=None, metavar="NAME", help="only this run (a SLURM array task's)")
+    p.add_argument("--only", action="append", default=[], metavar="PATTERN",
+                   help="only the runs whose name matches (shell pattern, repeatable; the first pattern's run first)")
     p.add_argument("--wandb", action="store_true", help="also log each run to W&B (offline without credentials)")
     p.add_argument("--slurm-option", action="append", default=[], metavar="OPTION",
                    help="an #SBATCH option of the array, e.g. --slurm-option=--gpus-per-task=1 (repeatable)")
@@ -77,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(map(str, written)))
         return 0
     study = load_study(args.study)
+    if args.only:
+        study = study.only(args.only)
     if args.run is not None:
         return run_named(study, args.run, args.threads, args.wandb)
     if args.dry_run:

@@ -27,6 +27,7 @@ log, so nothing depends on W&B), and what reproduces it: command, commit, OMP_NU
 from __future__ import annotations
 
 import csv
+import fnmatch
 import itertools
 import json
 import os
@@ -113,6 +114,18 @@ class Study:
     def label(self, run: Run) -> str:
         """A run's record path without ``.json``, from the study's folder: what ``run --run`` takes."""
         return str((run.out / run.name).relative_to(self.out))
+
+    def only(self, patterns: list[str]) -> "Study":
+        """The runs whose label (:meth:`label`) matches one of the shell patterns, those of the first pattern first:
+        ``["mnist_ot__seed=[0-4]", "*dkm*"]`` runs the paired seeds before the rest. A pattern matching no run is
+        an error naming it (a typo would otherwise run nothing and say so quietly)."""
+        picked = {pattern: [run for run in self.runs if fnmatch.fnmatchcase(self.label(run), pattern)]
+                  for pattern in patterns}
+        if missing := [pattern for pattern, runs in picked.items() if not runs]:
+            raise ValueError(f"--only {missing[0]!r} matches no run of {self.path or self.out} "
+                             f"(names as `run --dry-run` prints them, e.g. {self.label(self.runs[0])!r})")
+        runs = {self.label(run): run for runs in picked.values() for run in runs}  # a run two patterns match: once
+        return Study(self.path, self.out, list(runs.values()), self.report)
 
     def find(self, label: str) -> Run:
         for run in self.runs:

@@ -95,6 +95,23 @@ def test_a_study_files_dry_run_lists_the_exact_commands(tmp_path, monkeypatch, c
     assert not list(tmp_path.glob("res/**/*.log"))  # nothing started
 
 
+def test_only_runs_the_matching_runs_the_first_patterns_first(tmp_path, monkeypatch, capsys):
+    """``--only`` picks runs by name, in the order of its patterns, each run once; a pattern matching none is an
+    error that names it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a_ot.yaml").write_text("seed_everything: 0\n")
+    (tmp_path / "b_skm.yaml").write_text("seed_everything: 0\n")
+    study = {"out": "res", "seeds": "0-2", "configs": ["a_ot.yaml", "b_skm.yaml"]}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(study))
+    assert experiments.main(["run", "s.yaml", "--dry-run", "--only", "b_skm__*", "--only", "a_ot__seed=[02]",
+                             "--only", "b_skm__seed=1"]) == 0
+    roots = [line.split("--trainer.default_root_dir ")[1].split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert roots == ["res/runs/b_skm__seed=0", "res/runs/b_skm__seed=1", "res/runs/b_skm__seed=2",
+                     "res/runs/a_ot__seed=0", "res/runs/a_ot__seed=2"]
+    with pytest.raises(ValueError, match="--only 'a_ot_seed=1' matches no run"):
+        experiments.main(["run", "s.yaml", "--dry-run", "--only", "a_ot__seed=1", "--only", "a_ot_seed=1"])
+
+
 def test_a_study_file_names_its_mistakes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="'sed'"):
