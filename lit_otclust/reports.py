@@ -1,7 +1,7 @@
 """What ``python -m lit_otclust.experiments report`` writes: per folder of records ``table.md`` and the figures
 (accuracy per epoch, accuracy against a grid key, :func:`figures`, :func:`report_folder`), and what a study file's
 ``report:`` asks for (:func:`report`): which classes merge over training (:func:`confusion_report`), whether a
-short run predicts a long one (:func:`proxy_check`), paired tests (``compare.md``) and issue #12's report on known
+short run predicts a long one (:func:`proxy_check`), paired tests (``compare.md``) and the report on known
 non-uniform cluster sizes (:func:`imbalanced_report`). The numbers come from :mod:`lit_otclust.stats`;
 ``lit_otclust.experiments`` re-exports every name.
 """
@@ -237,7 +237,7 @@ def report(study: Study) -> list[Path]:
     - ``confusion``: a list of ``{file, methods, epochs[, share]}``, each a :func:`confusion_report`;
     - ``proxy_check``: ``{file[, at, proxy]}``, a :func:`proxy_check` of ``out``;
     - ``compare``: a list of ``{a, b[, key, epoch, key_b, against]}``, paired tests (:func:`compare`) in ``compare.md``;
-    - ``imbalanced``: ``{balanced: FOLDER}``, issue #12's ``report.md`` and figure (:func:`imbalanced_report`).
+    - ``imbalanced``: ``{balanced: FOLDER}``, the ``report.md`` and figure (:func:`imbalanced_report`).
     """
     options = study.report
     if set(options) - _REPORT_KEYS:
@@ -309,7 +309,7 @@ def imbalanced_report(out: Path, balanced: str, source: str) -> list[Path]:
     """Issue #12's ``report.md`` (accuracy and sizes per data set and method, paired tests) and
     ``accuracy_vs_imbalance.png`` in ``out``, from the records under ``out/<data set>/<w>/`` and, for balanced
     MNIST, ``balanced``. Sets or methods without runs are left out and named."""
-    lines = ["# Known non-uniform cluster sizes (issue #12)", "",
+    lines = ["# Known non-uniform cluster sizes", "",
              "40-epoch proxy, no pre-training, seeds 0-4; val/* on the clustered images, each assigned to its "
              "nearest center (the paper's rule; cluster sizes are of that assignment). Written by "
              f"`{source}` from the run records.", "",

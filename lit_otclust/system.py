@@ -320,7 +320,7 @@ class DeepClustering(L.LightningModule):
         # gradients over ranks, so scale the share back up.
         loss = loss * world
         # The share of points the size constraint sends to another center than their nearest (0 for soft
-        # k-means): the batch noise a balanced plan pushes into the embedding (issue #14's diagnostic).
+        # k-means): the batch noise a balanced plan pushes into the embedding.
         if nearest is None:
             nearest = dist.argmin(1)
         moved = (res.plan.argmax(1) != nearest).float().mean()

@@ -1,4 +1,4 @@
-"""Which center carries which proportion (issue #12): the matchings, PhaseSwitch's use of them,
+"""Which center carries which proportion: the matchings, PhaseSwitch's use of them,
 the two-digit data sets they are studied on, and the sweep's list-valued overrides."""
 
 from __future__ import annotations
