@@ -80,7 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     study = load_study(args.study)
     if args.only:
-        study = study.only(args.only)
+        try:
+            study = study.only(args.only)
+        except ValueError as err:  # a typo in a pattern: the message, not a traceback
+            parser.error(str(err))
     if args.run is not None:
         return run_named(study, args.run, args.threads, args.wandb)
     if args.dry_run:
