@@ -96,14 +96,19 @@ def concurrent(n: int, epochs: int, a: argparse.Namespace, args: list[str], tmp:
     env = child_env(a.threads or max(1, (os.cpu_count() or 1) // n))
     cmds = [fit_command(a.dataset, epochs, a.data_dir, f"{tmp}/conc{n}_{i}", Path(tmp) / f"conc{n}_{i}.json", args)
             for i in range(n)]
+    # stderr to files, not pipes: waiting on one process while another fills its pipe would stall that one.
+    logs = [Path(tmp) / f"conc{n}_{i}.stderr" for i in range(n)]
     start = time.perf_counter()
-    procs = [subprocess.Popen(c, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-             for c in cmds]
-    errors = [p.communicate()[1] for p in procs]
+    procs = []
+    for cmd, log in zip(cmds, logs):
+        with open(log, "w") as err:
+            procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err))
+    for proc in procs:
+        proc.wait()
     wall = time.perf_counter() - start
-    for p, err in zip(procs, errors):
-        if p.returncode != 0:
-            raise RuntimeError(f"a concurrent fit failed (rc {p.returncode}):\n{err[-3000:]}")
+    for proc, log in zip(procs, logs):
+        if proc.returncode != 0:
+            raise RuntimeError(f"a concurrent fit failed (rc {proc.returncode}):\n{log.read_text()[-3000:]}")
     return wall
 
 

@@ -40,11 +40,6 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
-def spread(values: list[float]) -> str:
-    """``median (min-max)`` of ``values``, for a table cell."""
-    return f"{median(values):.4g} ({min(values):.4g}-{max(values):.4g})"
-
-
 def child_env(threads: int | None = None) -> dict[str, str]:
     """The environment of a timed process: W&B offline (unless set) and quiet; ``threads`` sets OMP_NUM_THREADS."""
     env = {**os.environ, "WANDB_MODE": os.environ.get("WANDB_MODE", "offline"), "WANDB_SILENT": "true"}
