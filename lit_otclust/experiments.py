@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baselines", default=BASELINES)
     p.add_argument("--grid_key", default=None)
     p.add_argument("--grid_default", type=float, default=None)
-    p = sub.add_parser("compare", help=compare.__doc__.splitlines()[0])
+    # argparse formats help with %: the docstring's "95%" must be escaped
+    p = sub.add_parser("compare", help=compare.__doc__.splitlines()[0].replace("%", "%%"))
     p.add_argument("--a", required=True, metavar="DIR:CONFIG[:key=value,...]")
     p.add_argument("--b", required=True, metavar="DIR:CONFIG[:key=value,...]")
     p.add_argument("--key", default="val/acc")

@@ -113,6 +113,17 @@ def test_only_runs_the_matching_runs_the_first_patterns_first(tmp_path, monkeypa
     assert "--only 'a_ot_seed=1' matches no run of s.yaml" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", [[], ["run"], ["report"], ["compare"], ["claims"]])
+def test_every_commands_help_prints(command, capsys):
+    """`--help` exits 0 and names the command's options (argparse formats help text with %, so a stray % in a
+    docstring would crash it)."""
+    with pytest.raises(SystemExit) as exit_:
+        experiments.main([*command, "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage:") and ("--only" in out if command == ["run"] else True)
+
+
 def test_a_study_file_names_its_mistakes(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="'sed'"):
