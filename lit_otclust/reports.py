@@ -35,7 +35,8 @@ def _grid_runs(records: list[dict], dataset: str, key: str, grid_key: str,
     ``grid_default`` (the config's own value, e.g. the protocol's epsilon), or not at all if it is None; and only
     for a method with runs on the grid, with the seeds those runs have, so every point of a curve averages the
     same seeds (a protocol folder holds more seeds at the config's own value than its sweep runs elsewhere)."""
-    mine = [r for r in records if r["dataset"] == dataset and key in r["final"]]
+    # Runs that change another setting (e.g. the training solve) are not points of this curve.
+    mine = [r for r in records if r["dataset"] == dataset and key in r["final"] and set(r["grid"]) <= {grid_key}]
     swept: dict[str, set[int]] = defaultdict(set)
     for r in mine:
         if grid_key in r["grid"]:

@@ -501,7 +501,12 @@ def test_figure2_points_put_runs_without_the_grid_key_at_the_configs_value(tmp_p
     assert {k: sorted(v) for k, v in points["ot"].items()} == {0.01: pytest.approx([0.8, 0.9]), 1.0: [0.3, 0.5]}
     assert dict(experiments._grid_points(records, "mnist", "val/acc", "model.epsilon", None)["ot"]) == {1.0: [0.3, 0.5]}
     # Seeds and methods the sweep has not run stay off the figure: every point of a curve averages the same seeds.
+    # Nor does a run that changes another setting: it is not at the config's epsilon as the protocol ran it.
     write_runs(tmp_path, {"ot": [0.8, 0.9, 0.1], "ae_kmeans": [0.7]})
+    other = json.loads((tmp_path / "mnist_ot__seed=0.json").read_text())
+    other.update(name="mnist_ot__sinkhorn_solver=fixed__seed=0", grid={"model.sinkhorn_solver": "fixed"},
+                 final={"val/acc": 0.2})
+    (tmp_path / f"{other['name']}.json").write_text(json.dumps(other))
     points = experiments._grid_points(experiments.load(str(tmp_path)), "mnist", "val/acc", "model.epsilon", 0.01)
     assert set(points) == {"ot"} and {k: sorted(v) for k, v in points["ot"].items()} == {
         0.01: pytest.approx([0.8, 0.9]), 1.0: [0.3, 0.5]}
