@@ -336,7 +336,7 @@ def _newton(cost, a, b, g, eps, max_steps, tol, reg_m, group):
                     value, err = trial_value, new_err
                     # Relax by 3, not by the 10 it grows by: late in training (plans nearly hard) /10 undershot
                     # the next step's damping about every other step: 32 factorisations a warm solve against 23,
-                    # ~20% of its time (benchmarks/bench_warm_sinkhorn.py).
+                    # ~20% of its time (the removed benchmarks/bench_warm_sinkhorn.py; git log keeps it).
                     damping = max(damping / 3.0, 1e-12)
                     break
             damping *= 10.0
@@ -418,8 +418,9 @@ def sinkhorn(
             a single process would compute on the concatenated cost, and the same ``g``.
         warn: emit a ``RuntimeWarning`` if the tolerance is not reached.
         dtype: the working precision; None picks float64 when float32 cannot resolve ``tol`` (above). Forcing
-            float32 where the rule picks float64 leaves the error at float32's floor: ``benchmarks/bench_precision.py``
-            measured that slower (the iterations run out) and less accurate at the paper's settings.
+            float32 where the rule picks float64 leaves the error at float32's floor: the removed
+            ``benchmarks/bench_precision.py`` (git log keeps it) measured that slower (the iterations run out) and less
+            accurate at the paper's settings.
 
     Returns:
         :class:`SinkhornResult`; differentiable (unrolled) if ``cost`` requires grad and grad is enabled.
