@@ -14,7 +14,7 @@
 - ``plan_noise``: how much mass a balanced plan must move off the nearest centers from batch sampling alone.
 
 The checkpoints are read by their weights (``autoencoder.*``, ``centers``), so those of any version of the
-system load; the encoder is the paper's MNIST MLP. Plain torch, numpy and sklearn: no Lightning import.
+system load; the encoder is the paper's MNIST MLP.
 """
 
 from __future__ import annotations
