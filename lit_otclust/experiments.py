@@ -75,8 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "report":
         if (args.study is None) == (args.out is None):
             parser.error("report takes a study file or --out FOLDER")
-        written = (report(load_study(args.study)) if args.study else
-                   report_folder(args.out, args.key, args.baselines or None, args.grid_key, args.grid_default))
+        try:
+            written = (report(load_study(args.study)) if args.study else
+                       report_folder(args.out, args.key, args.baselines or None, args.grid_key, args.grid_default))
+        except ValueError as err:  # a study without records yet, a malformed file: the message, not a traceback
+            parser.error(str(err))
         print("\n".join(map(str, written)))
         return 0
     study = load_study(args.study)

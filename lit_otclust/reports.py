@@ -244,6 +244,9 @@ def report(study: Study) -> list[Path]:
     if set(options) - _REPORT_KEYS:
         raise ValueError(f"{study.path}: report keys {sorted(set(options) - _REPORT_KEYS)} unknown "
                          f"(keys: {sorted(_REPORT_KEYS)})")
+    if not any(any(folder.glob("*.json")) for folder in study.folders):
+        raise ValueError(f"{study.path}: no records in {', '.join(map(str, study.folders))} to report yet; "
+                         f"train them first: python -m lit_otclust.experiments run {study.path}")
     key = options.get("key", "val/acc")
     source = f"python -m lit_otclust.experiments report {study.path}"
     written = []

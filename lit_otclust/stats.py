@@ -171,7 +171,7 @@ def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_
     diff = np.array([runs_a[s] - runs_b[s] for s in seeds])
     paired = stats.ttest_rel([runs_a[s] for s in seeds], [runs_b[s] for s in seeds]) if len(seeds) > 1 else None
     ci = paired.confidence_interval(0.95) if paired is not None else (np.nan, np.nan)
-    out = {"n_paired": len(seeds), "mean_a": float(np.mean(list(runs_a.values()))),
+    out = {"n_paired": len(seeds), "n_a": len(runs_a), "n_b": len(runs_b), "mean_a": float(np.mean(list(runs_a.values()))),
            "mean_b": float(np.mean(list(runs_b.values()))), "paired_diff": float(diff.mean()) if len(diff) else np.nan,
            "paired_sd": float(diff.std(ddof=1)) if len(diff) > 1 else np.nan,
            "paired_p": float(paired.pvalue) if paired is not None else np.nan,
@@ -196,9 +196,10 @@ def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_
 
 def compare_table(pairs: list[dict[str, Any]]) -> str:
     """Markdown of :func:`compare` for each ``{a, b[, key, epoch, key_b, against]}`` of ``pairs``, paired by seed."""
-    lines = ["Paired by seed (`experiments.compare`): mean difference a - b ± its sd over the pairs, its 95% CI (t), "
-             "the paired t-test and Welch's p.", "",
-             "| a | b | metric | at | pairs | mean a | mean b | a - b ± sd | 95% CI | paired p | Welch p |",
+    lines = ["Paired by seed (`experiments.compare`): mean difference a - b ± its sd over the seeds both have (pairs), "
+             "its 95% CI (t) and the paired t-test; mean a and mean b are over all runs of each (their count in "
+             "brackets), as Welch's test takes them.", "",
+             "| a | b | metric | at | pairs | mean a (runs) | mean b (runs) | a - b ± sd | 95% CI | paired p | Welch p |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     claims = []  # the tests of a difference claimed elsewhere
     for pair in pairs:
@@ -209,8 +210,8 @@ def compare_table(pairs: list[dict[str, Any]]) -> str:
         except ValueError as missing:  # a study's report is written while its runs land
             lines.append(f"| `{pair['a']}` | `{pair['b']}` | {key} | {at} | 0 | {missing} | | | | | |")
             continue
-        lines.append(f"| `{pair['a']}` | `{pair['b']}` | {key} | {at} | {c['n_paired']} | {c['mean_a']:.3f} | "
-                     f"{c['mean_b']:.3f} | {c['paired_diff']:+.3f} ± {c['paired_sd']:.3f} | "
+        lines.append(f"| `{pair['a']}` | `{pair['b']}` | {key} | {at} | {c['n_paired']} | {c['mean_a']:.3f} ({c['n_a']}) | "
+                     f"{c['mean_b']:.3f} ({c['n_b']}) | {c['paired_diff']:+.3f} ± {c['paired_sd']:.3f} | "
                      f"[{c['paired_ci_low']:+.3f}, {c['paired_ci_high']:+.3f}] | {c['paired_p']:.3g} | "
                      f"{c['welch_p']:.3g} |")
         if "against" in c:

@@ -399,6 +399,17 @@ def test_report_writes_a_studys_table_figures_and_paired_tests(tmp_path, monkeyp
     assert "no runs of mnist_ot with settings ['epsilon=1'] in res" in compare
 
 
+def test_report_of_a_study_without_records_says_to_run_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({"out": "res", "configs": [MNIST_OT], "seeds": "0-2",
+                                                     "report": {"compare": [{"a": "res:mnist_ot", "b": "res:mnist_ot"}]}}))
+    with pytest.raises(SystemExit) as exit_:
+        experiments.main(["report", "s.yaml"])
+    assert exit_.value.code == 2 and not (tmp_path / "res").exists()
+    assert "no records in res to report yet; train them first: python -m lit_otclust.experiments run s.yaml" \
+        in capsys.readouterr().err
+
+
 def test_compare_pairs_runs_by_seed(tmp_path):
     write_runs(tmp_path, {"ot": [0.80, 0.85, 0.90], "soft_kmeans": [0.70, 0.72, 0.95]})
     out = experiments.compare(f"{tmp_path}:mnist_ot", f"{tmp_path}:mnist_soft_kmeans")
@@ -417,6 +428,17 @@ def test_compare_pairs_runs_by_seed(tmp_path):
         == pytest.approx(out["paired_p"])
     assert experiments.compare(f"{tmp_path}:mnist_ot", f"{tmp_path}:mnist_soft_kmeans",
                                against=out["paired_diff"])["against_p"] == pytest.approx(1.0)
+
+
+def test_compare_table_says_over_which_runs_each_mean_is(tmp_path):
+    # a has a seed b lacks: the difference is over the 3 shared seeds, the means over all runs of each (Welch's).
+    write_runs(tmp_path, {"ot": [0.80, 0.85, 0.90, 0.60], "soft_kmeans": [0.70, 0.72, 0.95]})
+    out = experiments.compare(f"{tmp_path}:mnist_ot", f"{tmp_path}:mnist_soft_kmeans", quiet=True)
+    assert (out["n_paired"], out["n_a"], out["n_b"]) == (3, 4, 3)
+    assert out["paired_diff"] == pytest.approx(np.mean([0.10, 0.13, -0.05]))
+    row = experiments.compare_table([{"a": f"{tmp_path}:mnist_ot", "b": f"{tmp_path}:mnist_soft_kmeans"}])
+    assert out["mean_a"] == pytest.approx(np.mean([0.80, 0.85, 0.90, 0.60]))
+    assert f"| 3 | {out['mean_a']:.3f} (4) | {out['mean_b']:.3f} (3) | +0.060 ± " in row
 
 
 def test_the_papers_pvalues_are_recomputed_from_its_table_1():
