@@ -171,8 +171,9 @@ def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_
     diff = np.array([runs_a[s] - runs_b[s] for s in seeds])
     paired = stats.ttest_rel([runs_a[s] for s in seeds], [runs_b[s] for s in seeds]) if len(seeds) > 1 else None
     ci = paired.confidence_interval(0.95) if paired is not None else (np.nan, np.nan)
-    out = {"n_paired": len(seeds), "n_a": len(runs_a), "n_b": len(runs_b), "mean_a": float(np.mean(list(runs_a.values()))),
-           "mean_b": float(np.mean(list(runs_b.values()))), "paired_diff": float(diff.mean()) if len(diff) else np.nan,
+    out = {"n_paired": len(seeds), "n_a": len(runs_a), "n_b": len(runs_b),
+           "mean_a": float(np.mean(list(runs_a.values()))), "mean_b": float(np.mean(list(runs_b.values()))),
+           "paired_diff": float(diff.mean()) if len(diff) else np.nan,
            "paired_sd": float(diff.std(ddof=1)) if len(diff) > 1 else np.nan,
            "paired_p": float(paired.pvalue) if paired is not None else np.nan,
            "paired_ci_low": float(ci[0]), "paired_ci_high": float(ci[1]),
@@ -210,8 +211,8 @@ def compare_table(pairs: list[dict[str, Any]]) -> str:
         except ValueError as missing:  # a study's report is written while its runs land
             lines.append(f"| `{pair['a']}` | `{pair['b']}` | {key} | {at} | 0 | {missing} | | | | | |")
             continue
-        lines.append(f"| `{pair['a']}` | `{pair['b']}` | {key} | {at} | {c['n_paired']} | {c['mean_a']:.3f} ({c['n_a']}) | "
-                     f"{c['mean_b']:.3f} ({c['n_b']}) | {c['paired_diff']:+.3f} ± {c['paired_sd']:.3f} | "
+        lines.append(f"| `{pair['a']}` | `{pair['b']}` | {key} | {at} | {c['n_paired']} | "
+                     f"{c['mean_a']:.3f} ({c['n_a']}) | {c['mean_b']:.3f} ({c['n_b']}) | {c['paired_diff']:+.3f} ± {c['paired_sd']:.3f} | "
                      f"[{c['paired_ci_low']:+.3f}, {c['paired_ci_high']:+.3f}] | {c['paired_p']:.3g} | "
                      f"{c['welch_p']:.3g} |")
         if "against" in c:
