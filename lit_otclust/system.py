@@ -59,8 +59,9 @@ class DeepClustering(L.LightningModule):
         sinkhorn_solver: ``"fixed"``: ``sinkhorn_iters`` log-domain iterations warm-started from the previous batch's
             potential, ending on the column update (exact cluster sizes, loose rows), with no host read
             (:func:`lit_otclust.sinkhorn.sinkhorn_fixed`); its rows' error is logged as ``train/sinkhorn_error``.
-            ``"solve"`` (default): log-domain Sinkhorn + Newton, warm-started from the previous
-            batch's potential and solved to ``sinkhorn_tol`` (:func:`lit_otclust.sinkhorn.sinkhorn`). ``"algorithm1"``:
+            ``"solve"`` (default, as Table 1 was made; ``fixed`` ended at or above it on all ten 200-epoch pairs,
+            RESULTS.md): log-domain Sinkhorn + Newton, warm-started from the previous batch's potential and solved
+            to ``sinkhorn_tol`` (:func:`lit_otclust.sinkhorn.sinkhorn`). ``"algorithm1"``:
             the paper's Algorithm 1 as written, exactly ``sinkhorn_max_iter`` iterations from a cold start, so
             the cluster sizes of each batch's plan are exact and its rows loose
             (:func:`lit_otclust.sinkhorn.sinkhorn_algorithm1`); balanced and single-process only. Its rows' error is
