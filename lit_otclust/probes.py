@@ -187,8 +187,8 @@ def main(argv: list[str] | None = None) -> None:
     helps = {"embedding_scale": "trained checkpoints' embedding scale against epsilon",
              "init_scale": "the untrained encoder's embedding scale, PyTorch's and Glorot's initialisation",
              "kmeans_inits": "accuracy of k-means over its restarts on fixed embeddings"}
-    for name, help in helps.items():
-        p = sub.add_parser(name, help=help)
+    for name, text in helps.items():
+        p = sub.add_parser(name, help=text)
         p.add_argument("--data_dir", default="data", help="the folder holding MNIST/raw")
         if name != "kmeans_inits":
             p.add_argument("--epsilon", type=float, default=1e-2)
@@ -205,7 +205,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch", type=int, default=300)
     p.add_argument("--batches", type=int, default=2000)
     args = vars(parser.parse_args(argv))
-    globals()[args.pop("command")](**args)
+    try:
+        globals()[args.pop("command")](**args)
+    except (ValueError, RuntimeError, FileNotFoundError) as err:  # bad input or missing files: the message only
+        parser.error(str(err))
 
 
 if __name__ == "__main__":
