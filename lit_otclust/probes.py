@@ -184,17 +184,19 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m lit_otclust.probes", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    helps = {"embedding_scale": "trained checkpoints' embedding scale against epsilon",
-             "init_scale": "the untrained encoder's embedding scale, PyTorch's and Glorot's initialisation",
-             "kmeans_inits": "accuracy of k-means over its restarts on fixed embeddings"}
-    for name, text in helps.items():
+
+    def on_mnist(name: str, text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
         p.add_argument("--data_dir", default="data", help="the folder holding MNIST/raw")
-        if name != "kmeans_inits":
-            p.add_argument("--epsilon", type=float, default=1e-2)
-    sub.choices["embedding_scale"].add_argument("ckpts", nargs="+", metavar="CKPT")
-    sub.choices["init_scale"].add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p = sub.choices["kmeans_inits"]
+        return p
+
+    p = on_mnist("embedding_scale", "trained checkpoints' embedding scale against epsilon")
+    p.add_argument("--epsilon", type=float, default=1e-2)
+    p.add_argument("ckpts", nargs="+", metavar="CKPT")
+    p = on_mnist("init_scale", "the untrained encoder's embedding scale, PyTorch's and Glorot's initialisation")
+    p.add_argument("--epsilon", type=float, default=1e-2)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p = on_mnist("kmeans_inits", "accuracy of k-means over its restarts on fixed embeddings")
     p.add_argument("--out", default="results/study_kmeans")
     p.add_argument("--ckpts", nargs="*", default=[], metavar="CKPT")
     p.add_argument("--repeats", type=int, default=20)
