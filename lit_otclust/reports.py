@@ -244,16 +244,16 @@ def report(study: Study) -> list[Path]:
     if set(options) - _REPORT_KEYS:
         raise ValueError(f"{study.path}: report keys {sorted(set(options) - _REPORT_KEYS)} unknown "
                          f"(keys: {sorted(_REPORT_KEYS)})")
-    if not any(any(folder.glob("*.json")) for folder in study.folders):
+    with_records = [folder for folder in study.folders if any(folder.glob("*.json"))]
+    if not with_records:
         raise ValueError(f"{study.path}: no records in {', '.join(map(str, study.folders))} to report yet; "
                          f"train them first: python -m lit_otclust.experiments run {study.path}")
     key = options.get("key", "val/acc")
     source = f"python -m lit_otclust.experiments report {study.path}"
     written = []
-    for folder in study.folders:
-        if any(folder.glob("*.json")):
-            written += report_folder(folder, key, options.get("baselines", BASELINES), options.get("grid_key"),
-                                     options.get("grid_default"))
+    for folder in with_records:
+        written += report_folder(folder, key, options.get("baselines", BASELINES), options.get("grid_key"),
+                                 options.get("grid_default"))
     for spec in options.get("confusion", []):
         path = study.out / spec["file"]
         path.write_text(confusion_report(load(study.out), spec["methods"], spec["epochs"], spec.get("share", 0.15),
