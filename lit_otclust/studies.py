@@ -27,6 +27,7 @@ log, so nothing depends on W&B), and what reproduces it: command, commit, OMP_NU
 from __future__ import annotations
 
 import csv
+import fcntl
 import fnmatch
 import itertools
 import json
@@ -294,8 +295,22 @@ def execute(run: Run, study_file: Path | None, threads: int = 1, wandb: bool = F
            "WANDB_MODE": os.environ.get("WANDB_MODE", "offline") if wandb else "disabled", "WANDB_SILENT": "true"}
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
-    command = run.command()
     run.root.mkdir(parents=True, exist_ok=True)
+    # Two runners of one study (two shells, a local run beside a SLURM array) would both pick a run without a record
+    # and write one folder; the first to lock it runs it, the other skips it. The lock goes with the process.
+    with open(run.root / "running.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return 0, f"skip {run.name}: running in another process"
+        if run.done:  # finished by the process that held the lock
+            return 0, f"skip {run.name}"
+        return _fit_and_record(run, study_file, env)
+
+
+def _fit_and_record(run: Run, study_file: Path | None, env: dict[str, str]) -> tuple[int, str]:
+    threads = int(env["OMP_NUM_THREADS"])
+    command = run.command()
     _attempts_seconds(run.root, time.time(), done=False)
     with open(run.root / "stdout.log", "a") as log:
         proc = subprocess.Popen([sys.executable, *command[1:]], env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -587,3 +587,21 @@ def test_notebook_runs_on_a_tiny_study(tmp_path, monkeypatch):
     assert f"0.850 (± {np.std([0.8, 0.9], ddof=1):.3f}) | [0.800, 0.900]" in text
     assert f"0.725 (± {np.std([0.7, 0.75], ddof=1):.3f}) | [0.700, 0.750]" in text
     assert (tmp_path / "sweep" / "figure1_mnist.png").stat().st_size > 1000
+
+
+def test_a_run_another_runner_holds_is_skipped_not_run_twice(tmp_path):
+    """Two runners of one study pick the same run without a record; the one that does not hold its lock skips it
+    (no fit started, nothing written in its folder) and leaves the holder's attempt alone."""
+    import fcntl
+
+    run = studies.Run(config="configs/smoke.yaml", seed=0, grid={}, fixed={}, out=tmp_path)
+    run.root.mkdir(parents=True)
+    with open(run.root / "running.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        status, line = studies.execute(run, None)
+    assert (status, line) == (0, f"skip {run.name}: running in another process")
+    assert sorted(p.name for p in run.root.iterdir()) == ["running.lock"]
+    assert not run.done
+    # the lock went with its holder: a finished record is now seen and skipped without a fit
+    run.record.write_text("{}\n")
+    assert studies.execute(run, None) == (0, f"skip {run.name}")
