@@ -285,8 +285,8 @@ def _forward_sigterm() -> Iterator[None]:
 
 def execute(run: Run, study_file: Path | None, threads: int = 1, wandb: bool = False,
             gpu: str | None = None) -> tuple[int, str]:
-    """Fit ``run`` unless its record exists, then write its record. Returns the exit status and a line saying
-    what happened."""
+    """Fit ``run`` unless its record exists or another runner holds it, then write its record. Returns the exit
+    status and a line saying what happened."""
     if run.done:
         return 0, f"skip {run.name}"
     if _stopping.is_set():
@@ -305,11 +305,10 @@ def execute(run: Run, study_file: Path | None, threads: int = 1, wandb: bool = F
             return 0, f"skip {run.name}: running in another process"
         if run.done:  # finished by the process that held the lock
             return 0, f"skip {run.name}"
-        return _fit_and_record(run, study_file, env)
+        return _fit_and_record(run, study_file, env, threads)
 
 
-def _fit_and_record(run: Run, study_file: Path | None, env: dict[str, str]) -> tuple[int, str]:
-    threads = int(env["OMP_NUM_THREADS"])
+def _fit_and_record(run: Run, study_file: Path | None, env: dict[str, str], threads: int) -> tuple[int, str]:
     command = run.command()
     _attempts_seconds(run.root, time.time(), done=False)
     with open(run.root / "stdout.log", "a") as log:

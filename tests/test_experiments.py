@@ -3,6 +3,7 @@ from records (tables, figures, paired tests), with the results notebook executed
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -592,8 +593,6 @@ def test_notebook_runs_on_a_tiny_study(tmp_path, monkeypatch):
 def test_a_run_another_runner_holds_is_skipped_not_run_twice(tmp_path):
     """Two runners of one study pick the same run without a record; the one that does not hold its lock skips it
     (no fit started, nothing written in its folder) and leaves the holder's attempt alone."""
-    import fcntl
-
     run = studies.Run(config="configs/smoke.yaml", seed=0, grid={}, fixed={}, out=tmp_path)
     run.root.mkdir(parents=True)
     with open(run.root / "running.lock", "w") as held:
