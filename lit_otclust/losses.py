@@ -49,7 +49,7 @@ def _transport_loss(cost: Tensor, proportions: Tensor | None, *, epsilon: float,
     # have forgotten where they started (Sinkhorn contracts, so T large enough at a given epsilon).
     pi = sinkhorn_fixed(cost, proportions, res.g, epsilon=epsilon, n_iter=iters)
     loss = (pi.plan * cost).sum()
-    return loss, res._replace(plan=pi.plan.detach(), f=pi.f.detach(), g=pi.g.detach(), n_iter=res.n_iter + iters)
+    return loss, SinkhornResult(pi.plan, pi.f, pi.g, res.n_iter + iters, res.marginal_error, res.converged).detach()
 
 
 @_full_precision
@@ -134,7 +134,7 @@ def ot_clustering_loss(
                                   epsilon=epsilon, n_iter=max_iter)
         log_plan = (res.f[:, None] + res.g[None, :] - (cost if gradient == "unrolled" else cost.detach())) / epsilon
         loss = _objective(res.plan, log_plan, cost, epsilon)
-        return loss, res._replace(plan=res.plan.detach(), f=res.f.detach(), g=res.g.detach())
+        return loss, res.detach()
     solve = dict(epsilon=epsilon, max_iter=max_iter, tol=tol, reg_m=reg_m, g_init=g_init, distributed=distributed,
                  warn=warn)
     if solver == "fixed":
@@ -160,8 +160,7 @@ def ot_clustering_loss(
         col = group.sum(plan.sum(0)) if not plan.requires_grad else plan.sum(0)  # (K,)
         kl = (torch.xlogy(col, col) - torch.xlogy(col, b) - col + b).sum()
         loss = loss + reg_m * kl / group.world_size  # each rank adds its share of this global term
-    detached = res._replace(plan=res.plan.detach(), f=res.f.detach(), g=res.g.detach())
-    return loss, detached
+    return loss, res.detach()
 
 
 @_full_precision

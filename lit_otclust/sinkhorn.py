@@ -73,6 +73,12 @@ class SinkhornResult(NamedTuple):
     marginal_error: float
     converged: bool
 
+    def detach(self) -> SinkhornResult:
+        """This result with ``plan``, ``f`` and ``g`` cut from the graph. Built field by field, not by ``_replace``:
+        torch 2.11's ``torch.compile`` fails on returning a tuple that ``_replace`` made in the compiled function."""
+        return SinkhornResult(self.plan.detach(), self.f.detach(), self.g.detach(), self.n_iter, self.marginal_error,
+                              self.converged)
+
 
 _F = TypeVar("_F", bound=Callable)
 

@@ -49,6 +49,27 @@ def test_compile_keeps_the_state_dict_keys_compiles_once_and_refuses_unknown_mod
         DeepClustering(MLPAutoencoder(), compile="max-autotune")
 
 
+@pytest.mark.parametrize("form,gradient", [("value", "envelope"), ("value", "unrolled"), ("transport", "envelope")])
+def test_the_fixed_solve_loss_traces_as_one_graph_and_equals_eager(form, gradient):
+    # Dynamo alone (backend="eager": no kernels built), fullgraph: a graph break or a failed trace raises. Torch
+    # 2.11's dynamo failed here on returning a SinkhornResult made by NamedTuple._replace.
+    torch._dynamo.reset()
+    gen = torch.Generator().manual_seed(0)
+    z0, centers = torch.randn(40, 4, generator=gen), torch.randn(3, 4, generator=gen)
+    w, g = torch.tensor([0.2, 0.3, 0.5]), torch.zeros(3)
+    traced = torch.compile(ot_clustering_loss, backend="eager", fullgraph=True)
+    out = {}
+    for name, fn in (("eager", ot_clustering_loss), ("traced", traced)):
+        z = z0.clone().requires_grad_(True)
+        loss, res = fn(z, centers, w, epsilon=0.5, gradient=gradient, form=form, solver="fixed", max_iter=10,
+                       g_init=g)
+        loss.backward()
+        out[name] = (loss.detach(), z.grad, res.plan, res.g, res.n_iter)
+        assert not res.plan.requires_grad and not res.g.requires_grad
+    for a, b in zip(out["traced"], out["eager"]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.slow  # inductor builds C++ kernels: tens of seconds on a CPU
 def test_the_compiled_training_step_equals_the_eager_one():
     torch._dynamo.reset()
