@@ -1,10 +1,12 @@
 """The work of ``python -m lit_otclust fit --config configs/{mnist,cifar10}_ot.yaml`` as a bare PyTorch loop.
 
-    python -m benchmarks.bare_loop --dataset mnist --epochs 3 --data-dir ../shared/data [--solver fixed --iters 10]
+    python -m benchmarks.bare_loop --dataset mnist --epochs 3 --data-dir ../shared/data [--solver fixed --iters 10] \
+        [--device cuda]
 
 The reference that ``benchmarks/bench_fit.py`` times the framework against: the same autoencoder
 (``lit_otclust.models``), the same k-means init of the centers (sklearn, 10 restarts, on the
-untrained embeddings of all fitted images), batches of 300 in a seeded random order, Adam at
+untrained embeddings of all fitted images), batches of 300 in a seeded random order (gathered on ``--device``, where
+the data set lies whole, as the fit's ``data.on_device`` does), Adam at
 1e-3, the same clustering loss (``lit_otclust.losses.ot_clustering_loss`` with the fit's ``--solver``: ``solve`` to
 tolerance 1e-5 or ``fixed``, ``--iters`` iterations; both warm-started from the previous batch's g), and after each
 epoch the Hungarian accuracy of both assignment rules on all fitted images and on the 10k test split. No Lightning,
@@ -54,7 +56,7 @@ def load(dataset: str, data_dir: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 def accuracy(pred: torch.Tensor, y: torch.Tensor, k: int) -> float:
     table = np.zeros((k, k), dtype=np.int64)
-    np.add.at(table, (pred.numpy(), y.numpy()), 1)
+    np.add.at(table, (pred.cpu().numpy(), y.cpu().numpy()), 1)
     rows, cols = linear_sum_assignment(-table)
     return table[rows, cols].sum() / len(y)
 
@@ -91,20 +93,23 @@ def main() -> None:
                         help="fused: the kernel DeepClustering uses (the same work); default: torch's per-tensor loop")
     parser.add_argument("--solver", choices=["solve", "fixed"], default="solve", help="the fit's model.sinkhorn_solver")
     parser.add_argument("--iters", type=int, default=10, help="the fit's model.sinkhorn_iters (--solver fixed)")
+    parser.add_argument("--device", default="cpu", help="where the data, the model and the steps live (cuda: "
+                        "the fit's --trainer.accelerator gpu --data.init_args.on_device true)")
     parser.add_argument("--clustering-weight", type=float, default=None,
                         help="lambda; default the config's (1/300 for MNIST, 1 for CIFAR-10)")
     args = parser.parse_args()
     torch.manual_seed(args.seed)
     stamps = {"imports": IMPORTED}
-    x, y = load(args.dataset, args.data_dir)
+    device = torch.device(args.device)
+    x, y = (t.to(device) for t in load(args.dataset, args.data_dir))
     stamps["data"] = stamp()
     n, k, batch = len(y), 10, 300
     heldout = slice(n - 10_000, n)  # the test split is the tail of "all"
     lam = args.clustering_weight
     if lam is None:
         lam = 1 / 300 if args.dataset == "mnist" else 1.0
-    model = MLPAutoencoder() if args.dataset == "mnist" else ConvAutoencoder()
-    w = torch.full((k,), 1.0 / k)
+    model = (MLPAutoencoder() if args.dataset == "mnist" else ConvAutoencoder()).to(device)
+    w = torch.full((k,), 1.0 / k, device=device)
 
     # The data modules' default eval_batch_size (the fastest measured, benchmarks/bench_eval_batch.py), stated here
     # because lit_otclust.data imports Lightning.
@@ -114,18 +119,20 @@ def main() -> None:
         with torch.no_grad():
             return torch.cat([model.encoder(xb) for xb in x.split(chunk)])  # (n, p)
 
-    km = KMeans(k, n_init=10, random_state=args.seed).fit(embed().double().numpy())
-    centers = torch.nn.Parameter(torch.as_tensor(km.cluster_centers_, dtype=torch.float32))
+    km = KMeans(k, n_init=10, random_state=args.seed).fit(embed().double().cpu().numpy())
+    centers = torch.nn.Parameter(torch.as_tensor(km.cluster_centers_, dtype=torch.float32, device=device))
     opt = torch.optim.Adam([*model.parameters(), centers], lr=1e-3, fused=args.adam == "fused")
     stamps["kmeans"] = stamp()
     g, train_s, eval_s, steps = None, 0.0, 0.0, 0
     generator = torch.Generator().manual_seed(args.seed)
     for _ in range(args.epochs):
         start = time.perf_counter()
-        order = torch.randperm(n, generator=generator)
+        order = torch.randperm(n, generator=generator).to(device)
         g, iters = train_steps(model, centers, opt, x, order[: n - n % batch].split(batch), w, lam, g,
                                max_iter=args.iters if args.solver == "fixed" else 1000, solver=args.solver)
         steps += len(iters)
+        if device.type == "cuda":
+            torch.cuda.synchronize()  # the epoch's kernels done, as the fit's epoch-end evaluation waits for them
         train_s += time.perf_counter() - start
         start = time.perf_counter()
         z = embed()

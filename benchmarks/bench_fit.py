@@ -72,9 +72,9 @@ def fit_command(dataset: str, epochs: int, data_dir: str, run_dir: str, timer: P
             "--trainer.callbacks+=benchmarks.bench_fit.StepTimer", f"--trainer.callbacks.init_args.path={timer}", *args]
 
 
-def bare_command(dataset: str, epochs: int, data_dir: str, solver: str, iters: int) -> list[str]:
+def bare_command(dataset: str, epochs: int, data_dir: str, solver: str, iters: int, device: str) -> list[str]:
     return [sys.executable, "-m", "benchmarks.bare_loop", "--dataset", dataset, "--epochs", str(epochs),
-            "--data-dir", data_dir, "--solver", solver, "--iters", str(iters)]
+            "--data-dir", data_dir, "--solver", solver, "--iters", str(iters), "--device", device]
 
 
 def run_once(name: str, epochs: int, a: argparse.Namespace, fits: dict[str, list[str]], tmp: str, tag: str,
@@ -84,7 +84,8 @@ def run_once(name: str, epochs: int, a: argparse.Namespace, fits: dict[str, list
     if name in fits:
         cmd = fit_command(a.dataset, epochs, a.data_dir, f"{tmp}/run_{tag}", timer, fits[name])
     else:
-        cmd = bare_command(a.dataset, epochs, a.data_dir, name.removeprefix("bare-"), a.bare_iters)
+        cmd = bare_command(a.dataset, epochs, a.data_dir, name.removeprefix("bare-"), a.bare_iters,
+                            a.bare_device)
     wall, cpu, out = timed(cmd, env)
     info = json.loads(timer.read_text() if name in fits else out.strip().splitlines()[-1])
     return wall, cpu, info["ms_per_step"]
@@ -123,6 +124,7 @@ def main() -> None:
                    help="a fit and its overrides (one shell-quoted string); default: solve '' ")
     p.add_argument("--bare", nargs="*", choices=["solve", "fixed"], default=[], help="bare loops with these solvers")
     p.add_argument("--bare-iters", type=int, default=10, help="the bare loop's --iters with --bare fixed")
+    p.add_argument("--bare-device", default="cpu", help="the bare loop's --device (cuda beside a fit on the GPU)")
     p.add_argument("--concurrent", type=int, nargs="*", default=[], help="copies of the first variant run at once")
     a, common = p.parse_known_args()
     a.data_dir = str(Path(a.data_dir).resolve())

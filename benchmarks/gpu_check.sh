@@ -10,8 +10,8 @@
 #   step        one training step (fixed solve) eager against torch.compile'd, modes default and reduce-overhead
 #               (benchmarks/bench_compile.py);
 #   fit         `fit --config configs/mnist_ot.yaml`, data on the device, fixed solve with 10 iterations, eager and with
-#               each --model.compile mode, on 5 and 20 epochs: the marginal epoch, the fixed cost, the 200-epoch
-#               projection (benchmarks/bench_fit.py);
+#               each --model.compile mode, on 5 and 20 epochs, against the bare PyTorch loop on the GPU: the marginal
+#               epoch, the fixed cost, the 200-epoch projection, the fit over the bare loop (benchmarks/bench_fit.py);
 #   concurrent  N = 1, 2, 4, 8 such 20-epoch fits at once on the one GPU: runs per hour, and 200-epoch runs per hour
 #               projected (the goal: 50 runs of 200 epochs within an hour on one H100).
 # --cpu: the same on the CPU, small (2,000 images, 1 and 2 epochs, N = 1, 2, eager and default only, one thread a
@@ -37,11 +37,12 @@ export WANDB_MODE=${WANDB_MODE:-offline} WANDB_SILENT=true PYTHONUNBUFFERED=1
 if [ "$CPU" -eq 1 ]; then
     DEVICE=cpu PLACE=(--trainer.accelerator cpu --data.init_args.subset 2000 --threads 1)
     EPOCHS=${EPOCHS:-1 2} CONCURRENT=${CONCURRENT:-1 2} COMPILE=${COMPILE:-false default} STEP=(--steps 2 --rounds 1)
+    BARE=()  # the bare loop fits all 70k images: too long for the CPU check
 else
     DEVICE=cuda PLACE=(--trainer.accelerator gpu --trainer.devices 1 --data.init_args.on_device true
                        --data.init_args.num_workers 0)
     EPOCHS=${EPOCHS:-5 20} CONCURRENT=${CONCURRENT:-1 2 4 8} COMPILE=${COMPILE:-false default reduce-overhead}
-    STEP=(--steps 50 --rounds 5)
+    STEP=(--steps 50 --rounds 5) BARE=(--bare fixed --bare-device cuda)
 fi
 FIXED=(--model.sinkhorn_solver fixed --model.sinkhorn_iters 10)
 failed=()
@@ -69,7 +70,7 @@ for stage in "${STAGES[@]}"; do
             for mode in $COMPILE; do variants+=(--variant "compile=$mode" "--model.compile $mode"); done
             # shellcheck disable=SC2086  # EPOCHS is a list
             run fit python -m benchmarks.bench_fit --data-dir "$DATA" --epochs $EPOCHS --rounds 1 "${variants[@]}" \
-                "${FIXED[@]}" "${PLACE[@]}" ;;
+                "${BARE[@]}" "${FIXED[@]}" "${PLACE[@]}" ;;
         concurrent)
             # shellcheck disable=SC2086
             run concurrent python -m benchmarks.bench_fit --data-dir "$DATA" --epochs $EPOCHS --rounds 1 \

@@ -32,6 +32,7 @@ def test_gpu_check_dry_run_prints_the_gpu_commands():
     for mode in ("false", "default", "reduce-overhead"):
         assert f"--model.compile\\ {mode}" in fit
     assert "--concurrent 1 2 4 8" in concurrent
+    assert "--bare fixed --bare-device cuda" in fit  # the fit against the bare loop on the same GPU
     assert "tests/test_cuda.py" in stages[0]
 
 
