@@ -605,3 +605,28 @@ def test_a_run_another_runner_holds_is_skipped_not_run_twice(tmp_path):
     # the lock went with its holder: a finished record is now seen and skipped without a fit
     run.record.write_text("{}\n")
     assert studies.execute(run, None) == (0, f"skip {run.name}")
+
+
+@pytest.mark.parametrize("series", [3, 40])
+def test_a_figures_legend_never_covers_its_curves(tmp_path, series):
+    # A study folder draws one curve per variant (study_recipe: 33): past 8 the legend goes below the axes.
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from lit_otclust import reports
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for i in range(series):
+        ax.plot(range(40), np.linspace(0.1, 0.8, 40) + 0.001 * i, label=f"variant {i} with a long grid tag")
+    reports._save(fig, ax, tmp_path / "f.png")
+    renderer = FigureCanvasAgg(fig).get_renderer()  # _save closed the figure's own canvas
+    legend, axes = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
+    if series > 8:
+        assert legend.y1 < axes.y0  # wholly below the axes, the figure taller for it
+        assert fig.get_size_inches()[1] > 4 + 0.17 * series - 1e-6
+    else:
+        assert axes.contains(legend.x0, legend.y0) and axes.contains(legend.x1, legend.y1)  # inside, as before
+    assert (tmp_path / "f.png").stat().st_size > 0
