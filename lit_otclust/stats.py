@@ -148,7 +148,8 @@ def paired_power(delta: float, sd: float, n: int, alpha: float = 0.05) -> float:
     with n - 1 degrees of freedom and noncentrality delta sqrt(n) / sd."""
     df, nc = n - 1, delta * np.sqrt(n) / sd
     crit = stats.t.ppf(1 - alpha / 2, df)
-    return float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
+    # The lower tail as the upper tail of -T: scipy's nct.cdf far below a large noncentrality returns nan.
+    return float(stats.nct.sf(crit, df, nc) + stats.nct.sf(crit, df, -nc))
 
 
 def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_b: str | None = None,

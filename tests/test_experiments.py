@@ -511,6 +511,9 @@ def test_the_power_of_the_paired_test_matches_its_limits_and_a_simulation():
     draws = rng.normal(0.041, 0.038, size=(20_000, 10))
     rate = np.mean(stats.ttest_1samp(draws, 0.0, axis=1).pvalue < 0.05)
     assert experiments.paired_power(0.041, 0.038, 10) == pytest.approx(rate, abs=0.01)
+    # Pairs far tighter than the difference: power 1, in both directions (scipy's lower tail alone gives nan).
+    assert experiments.paired_power(0.041, 0.005, 5) == pytest.approx(1.0)
+    assert experiments.paired_power(-0.041, 0.002, 5) == pytest.approx(1.0)
 
 
 def test_figure2_points_put_runs_without_the_grid_key_at_the_configs_value(tmp_path):
