@@ -25,9 +25,10 @@ def _save(fig, ax, path: Path) -> str:
     n = len(ax.get_legend_handles_labels()[1])
     if n > 8:  # a study's many variants: the legend goes below the axes, the figure grows by its rows
         width, height = fig.get_size_inches()
-        total = height + 0.17 * n  # inches: the axes keep their height, each legend row adds 0.17
+        legend = 0.17 * n  # inches, a row a curve: the axes keep their height and the figure grows by this
+        total = height + legend
         fig.set_size_inches(width + 3, total)
-        fig.subplots_adjust(left=0.08, right=0.97, top=1 - 0.45 / total, bottom=(0.17 * n + 0.6) / total)
+        fig.subplots_adjust(left=0.08, right=0.97, top=1 - 0.45 / total, bottom=(legend + 0.6) / total)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.12), frameon=False)
     else:
         ax.legend(fontsize=8)
