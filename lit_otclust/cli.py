@@ -32,6 +32,7 @@ from typing import Literal
 
 import lightning as L
 import torch
+import yaml
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, ProgressBar, TQDMProgressBar
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
@@ -43,6 +44,7 @@ from lightning_utilities.core import rank_zero
 
 from lit_otclust.callbacks import ClusterWriter, PhaseSwitch, RunSummary
 from lit_otclust.checkpointing import AtomicCheckpointIO, SignalCheckpoint
+from lit_otclust.data.folder import UnreadableImagesError
 from lit_otclust.figures import ClusterFigures
 from lit_otclust.startup import resolve_wandb_mode
 from lit_otclust.system import DeepClustering
@@ -52,7 +54,10 @@ SIGTERM_EXIT = 143
 EPOCH_END_ONLY = 2**31 - 1
 
 
-def default_loggers(root: Path, name: str, log_model: bool | Literal["all"] = False) -> list:
+def default_loggers(root: Path, name: str, log_model: bool | Literal["all"] = False, group: str | None = None,
+                    job_type: str | None = None, tags: list[str] | None = None) -> list:
+    """CSV and W&B under ``root``; ``group``, ``job_type`` and ``tags`` place the W&B run among others (a study's
+    runs share a group, a Table 1 column is a job type, its seed and grid settings are tags)."""
     offline = resolve_wandb_mode() in ("offline", "dryrun")
     if offline and log_model:
         # WandbLogger refuses the combination (an offline run cannot upload artifacts): keep the run going.
@@ -65,7 +70,7 @@ def default_loggers(root: Path, name: str, log_model: bool | Literal["all"] = Fa
     # after the service started early read the environment (startup.py), which wandb.init answers with a warning
     # that the change is ignored.
     wandb_logger = WandbLogger(project=os.environ.get("WANDB_PROJECT", "lit_otclust"), name=name, save_dir=str(root),
-                               log_model=log_model)
+                               log_model=log_model, group=group, job_type=job_type, tags=tags or None)
     # WandbLogger always hands wandb.init `anonymous=None`, which W&B (>= 0.19) answers on every run with "The
     # anonymous setting has no effect"; the key does nothing else, so it is dropped.
     getattr(wandb_logger, "_wandb_init", {}).pop("anonymous", None)
@@ -99,6 +104,9 @@ class RunConfig(SaveConfigCallback):
             return
         config = json.loads(self.parser.dump(self.config, format="json", skip_none=False))
         config.pop("config", None)  # the paths of the config files, whose content is the rest
+        study = (config.get("wandb") or {}).get("study")
+        if study and Path(study).is_file():  # a study's fit: the study file itself, beside the run's settings
+            config["study"] = yaml.safe_load(Path(study).read_text())
         tags = run_tags(config)
         for run in runs:
             run.config.update(config, allow_val_change=True)
@@ -134,6 +142,15 @@ class OTClusterCLI(LightningCLI):
         parser.add_argument("--wandb.log_model", type=bool | Literal["all"], default=False,
                             help="Log checkpoints to W&B as artifacts (default logger only): true at the end of "
                                  "the run, 'all' as they are written; off by default.")
+        # Where this run sits among others in W&B (`experiments run` sets them for every fit of a study).
+        parser.add_argument("--wandb.group", type=str | None, default=None,
+                            help="W&B run group: runs of one group are drawn together (mean and spread by epoch).")
+        parser.add_argument("--wandb.job_type", type=str | None, default=None,
+                            help="W&B job type: within a group, the runs of one configuration (a Table 1 column).")
+        parser.add_argument("--wandb.tags", type=list[str], default=[],
+                            help="W&B tags, beside the method and data set's (e.g. [seed=0,clustering_weight=0.1]).")
+        parser.add_argument("--wandb.study", type=str | None, default=None,
+                            help="The study file this fit belongs to: its content joins the W&B run's config.")
         parser.link_arguments("data.num_classes", "model.num_clusters", apply_on="instantiate")
         parser.link_arguments("data.input_shape", "model.autoencoder.init_args.input_shape", apply_on="instantiate")
         parser.link_arguments("seed_everything", "phases.seed")
@@ -153,8 +170,9 @@ class OTClusterCLI(LightningCLI):
         callbacks = list(trainer_cfg.get("callbacks") or [])
         logger = trainer_cfg.get("logger")
         if logger in (None, True):
-            log_model = self._get(self.config_init, "wandb.log_model", False)
-            kwargs["logger"] = logger = default_loggers(root, root.name, log_model)
+            get = lambda key, default=None: self._get(self.config_init, f"wandb.{key}", default)  # noqa: E731
+            kwargs["logger"] = logger = default_loggers(root, root.name, get("log_model", False), get("group"),
+                                                        get("job_type"), list(get("tags") or []))
         if logger:
             callbacks.append(LearningRateMonitor(logging_interval="epoch"))
         # trainer.enable_checkpointing=false: no checkpoint callback, or Lightning refuses the list (and
@@ -206,6 +224,14 @@ def main(args: list[str] | None = None) -> OTClusterCLI:
         # Lightning's SIGTERMException exits with status 0, like a finished run. 143 (128 + SIGTERM, the
         # shell's convention) lets a job script tell "stopped, last.ckpt saved: requeue" from "done".
         raise SystemExit(SIGTERM_EXIT) from None
+    except ValueError as error:
+        cause = error  # jsonargparse wraps what a data module raises while it is built: find it in the chain
+        while cause is not None and not isinstance(cause, UnreadableImagesError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            raise
+        # Bad files, found before any logger or W&B run exists: the message, as a usage error ends, no traceback.
+        raise SystemExit(f"{program_name()}: error: {cause}") from None
 
 
 def console() -> None:

@@ -3,12 +3,16 @@
     python -m lit_otclust.experiments run configs/studies/protocol.yaml [--jobs 2] [--threads 1] [--dry-run]
     python -m lit_otclust.experiments run configs/studies/paper_protocol.yaml --launcher slurm
     python -m lit_otclust.experiments report configs/studies/protocol.yaml     # or: report --out results/protocol
+    python -m lit_otclust.experiments sync configs/studies/protocol.yaml       # upload its offline W&B runs
     python -m lit_otclust.experiments compare --a results/protocol:mnist_ot --b results/protocol:mnist_soft_kmeans
     python -m lit_otclust.experiments claims    # the paper's p-values recomputed from its Table 1, beside ours
 
 ``run`` fits every run of a study file (:mod:`lit_otclust.studies`) that has no record yet: ``--jobs`` at a time
 (``--jobs`` per GPU where several are visible), each on ``--threads`` CPU threads; ``--dry-run`` prints each
-run's command and starts nothing; ``--launcher slurm`` submits the runs left as one SLURM job array. ``report``
+run's command and starts nothing; ``--launcher slurm`` submits the runs left as one SLURM job array. Each fit logs
+to W&B (offline without credentials; ``--no-wandb``: not at all) as one run of the group named by the study, its
+job type the column (config and grid point), its seed and grid settings as tags; ``sync`` uploads a study's offline
+runs, after which W&B's grouped view shows each column's mean and spread by epoch. ``report``
 renders the study's records into its folder: per folder of records a table beside the paper's numbers with Welch
 t-tests (``table.md``), accuracy per epoch (``figure1_<data>.png``) and, with a grid key, accuracy against it
 (``figure2_<data>.png`` and ``.md``); and what the study file's ``report:`` asks for (:func:`report`).
@@ -17,6 +21,7 @@ t-tests (``table.md``), accuracy per epoch (``figure1_<data>.png``) and, with a 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 # The statistics and the reports live in their own modules; every name stays importable from here.
@@ -27,7 +32,7 @@ from lit_otclust.stats import (BASELINES, COMPARISONS, DKM_FORM, METHODS, OTHER_
                                PAPER_RUNS, _select, _tags, claims, compare, compare_table, load, paired_power,
                                paper_pvalues, table)
 from lit_otclust.studies import (CURVE_KEYS, Study, dry_run, load_study, read_confusions, read_curves,  # noqa: F401
-                                 run_local, run_named, submit_slurm)
+                                 run_local, run_named, submit_slurm, sync_wandb)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,10 +48,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run", default=None, metavar="NAME", help="only this run (a SLURM array task's)")
     p.add_argument("--only", action="append", default=[], metavar="PATTERN",
                    help="only the runs whose name matches (shell pattern, repeatable; the first pattern's run first)")
-    p.add_argument("--wandb", action="store_true", help="also log each run to W&B (offline without credentials)")
+    p.add_argument("--wandb", action=argparse.BooleanOptionalAction, default=True,
+                   help="log each run to W&B, grouped by study (offline without credentials; default: on)")
     p.add_argument("--slurm-option", action="append", default=[], metavar="OPTION",
                    help="an #SBATCH option of the array, e.g. --slurm-option=--gpus-per-task=1 (repeatable)")
     p.add_argument("--sbatch", default="sbatch", help="the submit command")
+    p = sub.add_parser("sync", help="upload a study's offline W&B runs (wandb sync)")
+    p.add_argument("study", help="a study file")
+    p.add_argument("--dry-run", action="store_true", help="print the wandb sync command; upload nothing")
     p = sub.add_parser("report", help="write a study's tables, figures and paired tests into its folder")
     p.add_argument("study", nargs="?", default=None, help="a study file")
     p.add_argument("--out", default=None, help="instead of a study: a folder of records")
@@ -83,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(map(str, written)))
         return 0
     study = load_study(args.study)
+    if args.command == "sync":
+        return sync_wandb(study, args.dry_run)
     if args.only:
         try:
             study = study.only(args.only)
@@ -99,4 +110,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # the reader went away (`run --dry-run | head`): stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit would raise again
+        sys.exit(141)  # 128 + SIGPIPE, what a shell reports for a tool the closed pipe stopped

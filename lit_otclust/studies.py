@@ -21,7 +21,8 @@ passed as YAML reads them (``true`` as ``true``, a list as ``[a,b]``): quote one
 
 A run whose record exists is skipped and an interrupted one resumes from its ``last.ckpt``, so a study is
 finished by running it again. A record holds the run's settings, final metrics and per-epoch curves (from the CSV
-log, so nothing depends on W&B), and what reproduces it: command, commit, OMP_NUM_THREADS, torch version, study.
+log, so nothing depends on W&B), and what reproduces it: command, commit, OMP_NUM_THREADS, torch version, study, and
+the CPU model (and GPU) that made it, as a rerun on another model differs from the first epoch on.
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ from __future__ import annotations
 import csv
 import fcntl
 import fnmatch
+import hashlib
 import itertools
 import json
 import os
+import platform
 import shlex
 import signal
 import subprocess
@@ -69,9 +72,18 @@ class Run:
     out: Path  # the folder of its record
 
     @property
+    def tags(self) -> list[str]:
+        """Its grid settings, ``key=value`` by the key's last component, sorted."""
+        return [f"{key.split('.')[-1]}={value}" for key, value in sorted(self.grid.items())]
+
+    @property
+    def column(self) -> str:
+        """Its config and grid point: the runs of one column of a table, which differ by seed only."""
+        return "__".join([Path(self.config).stem, *self.tags])
+
+    @property
     def name(self) -> str:
-        tags = [f"{key.split('.')[-1]}={value}" for key, value in sorted(self.grid.items())]
-        return "__".join([Path(self.config).stem, *tags, f"seed={self.seed}"])
+        return f"{self.column}__seed={self.seed}"
 
     @property
     def record(self) -> Path:
@@ -226,6 +238,47 @@ def read_confusions(folder: Path) -> dict[int, dict[str, list]]:
     return {int(p.stem.removeprefix("confusion_epoch")): read_confusion_csv(p) for p in sorted(files)}
 
 
+def _short(text: str, limit: int = 64) -> str:
+    """``text`` within W&B's 64 characters for a tag: a longer one keeps its start and a hash of the whole."""
+    if len(text) <= limit:
+        return text
+    return text[:limit - 9] + "~" + hashlib.sha1(text.encode()).hexdigest()[:8]
+
+
+def wandb_args(run: Run, study_file: Path | None) -> list[str]:
+    """The fit's W&B settings in a study: the study's name as the group (W&B then draws a column's mean and spread
+    by epoch), the column (config and grid point) as the job type, the seed and each grid setting as tags, and the
+    study file, whose content joins the run's config."""
+    group = study_file.stem if study_file is not None else run.out.name
+    tags = [f"seed={run.seed}", *run.tags]
+    args = ["--wandb.group", group, "--wandb.job_type", _short(run.column),
+            "--wandb.tags", json.dumps([_short(tag) for tag in tags])]
+    return args + (["--wandb.study", str(study_file)] if study_file is not None else [])
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name (``/proc/cpuinfo``; ``platform.processor()`` elsewhere): a rerun on another model
+    differs from the first epoch on, as floating-point reductions order differently."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def gpu_name(gpu: str | None) -> str | None:
+    """The name of the GPU a fit ran on: ``gpu``, one of :func:`visible_gpus`, else the first visible; None where
+    there is none."""
+    import torch  # here: the dry run and the SLURM launcher need no torch
+
+    if not torch.cuda.is_available():
+        return None
+    ids = visible_gpus()
+    return torch.cuda.get_device_name(ids.index(gpu) if gpu in ids else 0)
+
+
 def _commit() -> str | None:
     """The code's git commit (with ``+dirty`` if the code or the configs have changes), so a record names what
     ran. Results written beside the runs (a study's tables) do not make the code dirty."""
@@ -286,13 +339,15 @@ def _forward_sigterm() -> Iterator[None]:
 def execute(run: Run, study_file: Path | None, threads: int = 1, wandb: bool = False,
             gpu: str | None = None) -> tuple[int, str]:
     """Fit ``run`` unless its record exists or another runner holds it, then write its record. Returns the exit
-    status and a line saying what happened."""
+    status and a line saying what happened. ``wandb``: also log to W&B (:func:`wandb_args`), as ``fit`` does:
+    offline where there are no credentials."""
     if run.done:
         return 0, f"skip {run.name}"
     if _stopping.is_set():
         return SIGTERM_EXIT, f"not started {run.name}: stopping"
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-           "WANDB_MODE": os.environ.get("WANDB_MODE", "offline") if wandb else "disabled", "WANDB_SILENT": "true"}
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "WANDB_SILENT": "true"}
+    if not wandb:
+        env["WANDB_MODE"] = "disabled"
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
     run.root.mkdir(parents=True, exist_ok=True)
@@ -305,11 +360,12 @@ def execute(run: Run, study_file: Path | None, threads: int = 1, wandb: bool = F
             return 0, f"skip {run.name}: running in another process"
         if run.done:  # finished by the process that held the lock
             return 0, f"skip {run.name}"
-        return _fit_and_record(run, study_file, env, threads)
+        return _fit_and_record(run, study_file, env, threads, wandb, gpu)
 
 
-def _fit_and_record(run: Run, study_file: Path | None, env: dict[str, str], threads: int) -> tuple[int, str]:
-    command = run.command()
+def _fit_and_record(run: Run, study_file: Path | None, env: dict[str, str], threads: int, wandb: bool = False,
+                    gpu: str | None = None) -> tuple[int, str]:
+    command = run.command() + (wandb_args(run, study_file) if wandb else [])
     _attempts_seconds(run.root, time.time(), done=False)
     with open(run.root / "stdout.log", "a") as log:
         proc = subprocess.Popen([sys.executable, *command[1:]], env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -331,12 +387,34 @@ def _fit_and_record(run: Run, study_file: Path | None, env: dict[str, str], thre
               "seconds": round(_attempts_seconds(run.root, time.time(), done=True), 1),
               "final": curves[max(curves)] if curves else {}, "curves": curves, "command": shlex.join(command),
               "commit": _commit(), "omp_num_threads": threads, "torch": metadata.version("torch"),
+              "cpu": cpu_model(), "gpu": gpu_name(gpu),
               "study": None if study_file is None else str(study_file)}
     confusion = read_confusions(run.root / "figures")
     if confusion:  # clusters x classes every `figures.every_n_epochs` epochs: which classes merge or split, and when
         record["confusion"] = confusion
     run.record.write_text(json.dumps(record, indent=1) + "\n")
     return 0, f"done {run.name}: val/acc {record['final'].get('val/acc', float('nan')):.4f} in {record['seconds']:.0f}s"
+
+
+def offline_wandb_runs(study: Study) -> list[Path]:
+    """The offline W&B runs of a study's fits, one folder an attempt (a resumed fit is a new W&B run)."""
+    return sorted(path for run in study.runs for path in (run.root / "wandb").glob("offline-run-*") if path.is_dir())
+
+
+def sync_wandb(study: Study, dry_run: bool = False) -> int:
+    """Upload a study's offline W&B runs with ``wandb sync`` (with ``dry_run``, print its command only)."""
+    runs = offline_wandb_runs(study)
+    if not runs:
+        print(f"no offline W&B runs under {study.out}/**/runs/*/wandb/ (the study ran with --no-wandb, or not yet)",
+              file=sys.stderr)
+        return 1
+    script = Path(sys.executable).with_name("wandb")
+    command = [str(script) if script.exists() else "wandb", "sync", *map(str, runs)]
+    print(f"{len(runs)} offline W&B runs of {study.path or study.out}", file=sys.stderr)
+    if dry_run:
+        print(shlex.join(command))
+        return 0
+    return subprocess.run(command).returncode
 
 
 def visible_gpus() -> list[str]:

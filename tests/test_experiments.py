@@ -28,6 +28,8 @@ from lit_otclust.data import geometric_proportions
 REPO = Path(__file__).resolve().parents[1]
 STUDIES = REPO / "configs" / "studies"
 MNIST_OT = str(REPO / "configs" / "mnist_ot.yaml")
+# The MNIST configs' lambda and training solve before they shipped lambda = 0.1 and the fixed solve.
+PINNED = {"--model.clustering_weight": "0.003333", "--model.sinkhorn_solver": "solve"}
 
 
 def write_runs(folder: Path, accs: dict[str, list[float]]) -> None:
@@ -172,8 +174,14 @@ def test_a_committed_study_finds_its_records_and_their_commands(name, monkeypatc
             done.pop("--ckpt_path", None)
             config = done["--config"]  # the first records named it absolutely, in the checkout that ran them
             done["--config"] = config[config.rindex("configs/"):] if os.path.isabs(config) else config
-            assert done == built[str(path)], path
-            assert record["fixed"] == next(r.fixed for r in study.runs if str(r.record) == str(path))
+            # The study files now pin the MNIST recipe of their records, which the configs then held (PINNED): a
+            # record made before the pin names it nowhere.
+            pinned = {key: value for key, value in built[str(path)].items() if key not in done}
+            assert pinned.items() <= PINNED.items(), path
+            assert done == {k: v for k, v in built[str(path)].items() if k not in pinned}, path
+            fixed = next(r.fixed for r in study.runs if str(r.record) == str(path))
+            assert record["fixed"] == {k: v for k, v in fixed.items()
+                                       if k in record["fixed"] or PINNED.get(f"--{k}") != v}
 
 
 def test_the_imbalanced_study_states_the_proportions_it_describes():
@@ -633,3 +641,57 @@ def test_a_figures_legend_never_covers_its_curves(tmp_path, series):
     else:
         assert axes.contains(legend.x0, legend.y0) and axes.contains(legend.x1, legend.y1)  # inside, as before
     assert (tmp_path / "f.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_a_studys_fits_are_wandb_runs_grouped_by_study_column_and_seed(data_dir, tmp_path, monkeypatch, capsys):
+    """With W&B on, each fit of a study is an offline run whose file (read back, not the logger's arguments) names the
+    study as its group, the column (config and grid point) as its job type, its seed and grid settings as tags, and
+    carries the study file in its config; ``sync --dry-run`` names every offline run."""
+    from _wandb_log import read_records, run_records
+
+    monkeypatch.chdir(REPO)
+    study_file = tmp_path / "tiny_study.yaml"
+    spec = {"out": str(tmp_path / "out"), "seeds": [0], "epochs": 2, "configs": ["configs/smoke.yaml"],
+            "grid": {"model.epsilon": [0.05]}, "set": {"data.data_dir": str(data_dir)}}
+    study_file.write_text(yaml.safe_dump(spec))
+    study = studies.load_study(study_file)
+    assert studies.run_local(study, jobs=1, gpus=[], wandb=True) == 0
+    (run,) = study.runs
+    (offline,) = studies.offline_wandb_runs(study)
+    (run_file,) = offline.glob("run-*.wandb")
+    first, *updates = run_records(run_file)
+    assert (first.run_group, first.job_type, first.display_name) == ("tiny_study", "smoke__epsilon=0.05", run.name)
+    tags = set(first.tags).union(*(u.tags for u in updates))
+    assert {"seed=0", "epsilon=0.05", "ot_p", "MNISTDataModule"} <= tags
+    config = {item.key: json.loads(item.value_json) for r in read_records(run_file)
+              if r.WhichOneof("record_type") == "config" for item in r.config.update}
+    config.update({item.key: json.loads(item.value_json) for item in first.config.update})
+    assert config["study"] == spec and config["model"]["epsilon"] == 0.05
+    record = json.loads(run.record.read_text())
+    assert record["cpu"] and record["cpu"] in Path("/proc/cpuinfo").read_text() and record["gpu"] is None
+    capsys.readouterr()
+    assert experiments.main(["sync", str(study_file), "--dry-run"]) == 0
+    command = shlex.split(capsys.readouterr().out)
+    assert Path(command[0]).name == "wandb" and command[1:] == ["sync", str(offline)]
+
+
+def test_wandb_tags_and_job_types_longer_than_wandbs_limit_stay_distinct():
+    """W&B refuses tags over 64 characters: long ones are cut with a hash, so two long grid points stay apart."""
+    a = studies.Run("configs/mnist_ot.yaml", 3, {"model.proportions": "[" + ",".join(["0.1"] * 10) + "]"}, {}, Path("x"))
+    b = studies.Run("configs/mnist_ot.yaml", 3, {"model.proportions": "[" + ",".join(["0.1"] * 9) + ",0.2]"}, {}, Path("x"))
+    args_a, args_b = studies.wandb_args(a, None), studies.wandb_args(b, None)
+    values_a = dict(zip(args_a[::2], args_a[1::2]))
+    values_b = dict(zip(args_b[::2], args_b[1::2]))
+    tags_a, tags_b = json.loads(values_a["--wandb.tags"]), json.loads(values_b["--wandb.tags"])
+    assert tags_a[0] == "seed=3" and all(len(t) <= 64 for t in tags_a + tags_b) and tags_a[1] != tags_b[1]
+    assert len(values_a["--wandb.job_type"]) <= 64 and values_a["--wandb.job_type"] != values_b["--wandb.job_type"]
+    assert values_a["--wandb.group"] == "x" and "--wandb.study" not in values_a
+
+
+def test_a_dry_run_piped_into_head_stops_without_a_traceback():
+    """`run STUDY --dry-run | head -1`: the reader closes the pipe after one line of 250; the runner stops quietly."""
+    proc = subprocess.run(f"python -m lit_otclust.experiments run {STUDIES / 'paper_protocol.yaml'} --dry-run | head -1",
+                          shell=True, cwd=REPO, capture_output=True, text=True, executable="/bin/bash")
+    assert proc.stdout.startswith("python -m lit_otclust fit --config") and proc.stdout.count("\n") == 1
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
