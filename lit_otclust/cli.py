@@ -238,7 +238,8 @@ def console() -> None:
     """The process's entry point (``lit-otclust`` and ``python -m lit_otclust``): :func:`main` without its return
     value, which the script's ``sys.exit(...)`` would print and turn into exit status 1 after a successful run."""
     quiet_third_party_notices()
-    warn_if_cores_are_busy()
+    if not {"-h", "--help", "--print_config"} & set(sys.argv[1:]):  # help trains nothing: no word on the cores
+        warn_if_cores_are_busy()
     try:
         main()
     except SystemExit as stop:
@@ -269,11 +270,12 @@ def warn_if_cores_are_busy() -> None:
     load, threads = os.getloadavg()[0], torch.get_num_threads()
     if cores_oversubscribed(load, cores, threads):
         free = max(1, cores - round(max(load - 1.0, 0.0)))
-        warnings.warn(
-            f"the load average is {load:.1f} on the {cores} cores this run may use, and torch will run {threads} "
+        # One line on stderr, without the warning's source line, which tells a user nothing.
+        print(
+            f"lit_otclust: warning: the load average is {load:.1f} on the {cores} cores this run may use, and torch will run {threads} "
             f"threads: if other work is still running, they will wait on each other (a step several times slower). "
             f"Set OMP_NUM_THREADS={free} (or OMP_WAIT_POLICY=PASSIVE) in the run's environment; setting either "
-            "silences this.", RuntimeWarning, stacklevel=2)
+            "silences this.", file=sys.stderr)
 
 
 def quiet_third_party_notices() -> None:

@@ -75,6 +75,27 @@ def test_the_cores_count_as_oversubscribed_when_other_work_and_the_threads_excee
     assert cores_oversubscribed(load, cores, threads) is busy
 
 
+@pytest.mark.parametrize("argv, warned", [(["fit", "--config", "c.yaml"], True), (["--help"], False),
+                                          (["fit", "--help"], False)])
+def test_busy_cores_are_one_line_on_stderr_and_never_before_the_help(argv, warned, monkeypatch, capsys):
+    """Two other runs on the 2 cores and torch at 2 threads: a fit is told once, in one line without a source line;
+    ``--help`` prints only the help."""
+    from lit_otclust import cli
+
+    for name in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "LOCAL_RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(cli.os, "getloadavg", lambda: (3.0, 3.0, 3.0))
+    monkeypatch.setattr(cli.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(cli.torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(cli, "main", lambda: None)  # the check, not a fit
+    monkeypatch.setattr(cli.sys, "argv", ["lit-otclust", *argv])
+    cli.console()
+    err = capsys.readouterr().err
+    assert ("load average is 3.0" in err) is warned
+    if warned:
+        assert err.count("\n") == 1 and err.startswith("lit_otclust: warning:") and "RuntimeWarning" not in err
+
+
 
 
 def test_module_entry_point_fits_logs_and_switches_phase(data_dir, tmp_path):

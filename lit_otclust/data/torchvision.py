@@ -131,7 +131,7 @@ class TorchvisionDataModule(InMemoryDataModule):
             raise FileNotFoundError(
                 f"{self.name} files not found in {folder}: missing {', '.join(missing)}. "
                 f"Expected {self._expected_paths()} under data_dir. "
-                f"Set data_dir to the folder that holds {self.folder.split('/')[0]}/ (on these machines ../shared/data), {how}."
+                f"Set data_dir (--data.data_dir) to the folder that holds {self.folder.split('/')[0]}/, {how}."
             )
 
     def prepare_data(self) -> None:
@@ -150,7 +150,7 @@ class TorchvisionDataModule(InMemoryDataModule):
                 raise RuntimeError(
                     f"could not download {self.name} into data_dir {self.data_dir}: {error}. Without internet, set "
                     f"data_dir to a folder that holds {self._expected_paths()} "
-                    f"(on these machines ../shared/data; on the command line --data.data_dir), or put the files "
+                    f"(on the command line --data.data_dir), or put the files "
                     f"there; download=False (--data.download false) then never tries the network."
                 ) from error
 
@@ -259,10 +259,19 @@ class CIFAR10DataModule(TorchvisionDataModule):
         return super()._downloaded() and all(check_integrity(str(folder / name), md5)
                                              for name, md5 in cifar.train_list + cifar.test_list)
 
+    @property
+    def class_names(self) -> list[str] | None:
+        """The names in ``batches.meta`` (``airplane``, ...; read in ``setup``), of the kept ``classes`` if given."""
+        names = getattr(self, "_names", None)
+        if names is None:
+            return super().class_names
+        return names if self.classes is None else [names[c] for c in self.classes]
+
     def _read_split(self, train: bool) -> tuple[Tensor, Tensor]:
         try:
             dataset = self._torchvision_dataset(train, download=False)
         except RuntimeError as error:  # the files exist (checked before) but fail torchvision's md5
             raise RuntimeError(f"CIFAR-10 files in {self.data_dir / self.folder} are corrupted: {error}") from error
+        self._names = list(dataset.classes)  # torchvision read them from batches.meta
         images = torch.from_numpy(dataset.data).permute(0, 3, 1, 2).contiguous()  # (N, 32, 32, 3) -> (N, 3, 32, 32)
         return images, torch.as_tensor(dataset.targets, dtype=torch.int64)
