@@ -228,9 +228,12 @@ class ClusterWriter(BasePredictionWriter):
     predicted samples' labels. Under DDP each rank writes ``predictions-rank{R}.csv`` and the
     matching is that rank's; concatenate the files for the whole set. When the predicted samples
     were read from files (the dataset has ``paths``, as :mod:`lit_otclust.data.folder`'s image
-    folders do), a ``file`` column names each sample's file. A sample without a label (y = -1)
-    gets empty ``label`` and ``matched_class`` cells. After writing, ``path``, ``rows`` and ``accuracy``
-    (the share of the labelled rows whose matched class is their label; None without labels) say
+    folders do), a ``file`` column names each sample's file. Where the data module names its classes
+    (``class_names``: an image folder's sub-folders, CIFAR-10's names), ``label_name`` and
+    ``matched_class_name`` follow ``label`` and ``matched_class``. A sample without a label (y = -1)
+    gets empty label and matched-class cells. After writing, ``path``, ``rows``, ``accuracy``
+    (the share of the labelled rows whose matched class is their label; None without labels) and
+    ``clusters`` (each cluster's rows and the name of its matched class, None where it has none) say
     what was written, for :class:`RunSummary`.
 
     Args:
@@ -243,6 +246,7 @@ class ClusterWriter(BasePredictionWriter):
         self.path: Path | None = None
         self.rows = 0
         self.accuracy: float | None = None
+        self.clusters: list[tuple[int, str | None]] = []  # per cluster: (rows, matched class's name or None)
 
     def write_on_epoch_end(self, trainer, pl_module, predictions, batch_indices) -> None:
         outs = predictions[0] if predictions and isinstance(predictions[0], list) else predictions
@@ -257,20 +261,32 @@ class ClusterWriter(BasePredictionWriter):
         loaders = trainer.predict_dataloaders
         loader = loaders[0] if isinstance(loaders, (list, tuple)) else loaders
         paths = getattr(getattr(loader, "dataset", None), "paths", None)  # per sample index, or None
+        names = getattr(trainer.datamodule, "class_names", None)  # per class, or None
+
+        def cells(label: int) -> list:  # a class's number, and its name where the data module names classes
+            return [label, *([names[label] if 0 <= label < len(names) else ""] if names is not None else [])]
+
         folder = Path(self.output_dir or trainer.default_root_dir)
         folder.mkdir(parents=True, exist_ok=True)
         name = "predictions.csv" if trainer.world_size == 1 else f"predictions-rank{trainer.global_rank}.csv"
         order = cols["index"].argsort()
         with open(folder / name, "w", newline="") as fh:
             out = csv.writer(fh)
-            out.writerow(["index", *(["file"] if paths is not None else []), "cluster", "label", "matched_class", "distance"])
+            named = ["label", "label_name", "matched_class", "matched_class_name"]
+            out.writerow(["index", *(["file"] if paths is not None else []), "cluster",
+                          *(named if names is not None else named[::2]), "distance"])
+            blank = [""] * len(cells(0))
             for i in order.tolist():
                 index, has_label = int(cols["index"][i]), bool(labelled[i])
                 out.writerow([index, *([paths[index]] if paths is not None else []), int(cols["cluster"][i]),
-                              int(cols["label"][i]) if has_label else "", int(matched[i]) if has_label else "",
-                              f"{float(cols['distance'][i]):.6g}"])
+                              *(cells(int(cols["label"][i])) if has_label else blank),
+                              *(cells(int(matched[i])) if has_label else blank), f"{float(cols['distance'][i]):.6g}"])
         self.path, self.rows = folder / name, len(order)
         self.accuracy = float((matched[labelled] == cols["label"][labelled]).float().mean()) if labelled.any() else None
+        sizes = torch.bincount(cols["cluster"], minlength=K).tolist()
+        matching = matching.tolist() if labelled.any() else [-1] * K
+        self.clusters = [(size, None if c < 0 else names[c] if names is not None and c < len(names) else str(c))
+                         for size, c in zip(sizes, matching)]
 
 
 def resume_command(argv: Sequence[str], program: str = "python -m lit_otclust") -> str:
@@ -303,7 +319,8 @@ class RunSummary(L.Callback):
     samples, each with the NMI and ARI of its epoch and the epoch (0-based, as in ``metrics.csv``); where the
     checkpoints, the logged metrics, the figures and the W&B run are; the command that resumes the run
     (:func:`resume_command`). After ``predict``: the predictions file (:class:`ClusterWriter`), its rows and,
-    where the samples have labels, the accuracy of their matched classes.
+    where the samples have labels, the accuracy of their matched classes; each cluster's rows with the name of its
+    matched class; the files the data module left out as unreadable (``skip_unreadable``), if any.
 
     The scores are the logged values, read when each evaluation ends, and live in this callback's state, so the
     best of a resumed run counts the epochs before the resume too.
@@ -351,6 +368,14 @@ class RunSummary(L.Callback):
             scored = "no labels" if writer.accuracy is None else f"matched accuracy {writer.accuracy:.4f}"
             share = "" if trainer.world_size == 1 else f", rank {trainer.global_rank}'s share: one file per rank"
             lines.append(("predictions", f"{writer.path} ({writer.rows} rows, {scored}{share})"))
+            matched = any(name is not None for _, name in writer.clusters)
+            sizes = ", ".join(f"{k}->{name or '-'}: {rows}" if matched else f"{k}: {rows}"
+                              for k, (rows, name) in enumerate(writer.clusters))
+            lines.append(("clusters", f"{sizes} ({'cluster->matched class' if matched else 'cluster'}: rows)"))
+        unreadable = getattr(trainer.datamodule, "unreadable", None)
+        if unreadable:  # skip_unreadable: files the data module left out
+            lines.append(("unreadable", f"{len(unreadable)} files not predicted (listed in "
+                                        f"{trainer.datamodule.unreadable_list})"))
         lines += self._figure_lines(trainer, predict=True)
         self._print(trainer, "predict finished", lines)
 

@@ -11,7 +11,9 @@ It embeds the fitted images and draws, with the functions of :mod:`lit_otclust.p
 and saves them as PNG (and to W&B when a ``WandbLogger`` is attached), with the confusion counts
 also as CSV (``confusion_<tag>.csv``, :func:`confusion_csv`), so how classes merge and split over
 the epochs can be read back as numbers (:func:`read_confusion_csv`). Clusters appear in the same
-order in every picture: those matched to class 0, 1, ... first, unmatched ones after.
+order in every picture: those matched to class 0, 1, ... first, unmatched ones after. Classes are
+labelled by name where the data module names them (``class_names``: an image folder's
+sub-folders, CIFAR-10's names), else by number.
 """
 
 from __future__ import annotations
@@ -229,7 +231,12 @@ class ClusterFigures(L.Callback):
             matrix, order, matching = matched_confusion(snap.clusters, snap.y, K, C)
         else:
             order, matching = torch.arange(K), torch.full((K,), -1)
-        labels = [f"{k}->{int(matching[k])}" if matching[k] >= 0 else f"{k}->-" for k in order.tolist()]
+        names = getattr(datamodule, "class_names", None)  # e.g. an image folder's sub-folders
+
+        def name(c: int) -> str:
+            return names[c] if names is not None and 0 <= c < len(names) else str(c)
+
+        labels = [f"{k}->{name(int(matching[k]))}" if matching[k] >= 0 else f"{k}->-" for k in order.tolist()]
         sizes = torch.bincount(snap.clusters, minlength=K).float() / N  # (K,)
         head = f"{_when(epoch)}, {N} samples" + (f", accuracy {matrix.diagonal().sum().item() / N:.3f}" if labelled else "")
         figures: dict[str, Figure] = {}
@@ -244,7 +251,7 @@ class ClusterFigures(L.Callback):
                                             f"{head}\nrows: cluster -> matched class, size; red: another class")
 
         if labelled:
-            figures["confusion"] = confusion_figure(matrix, labels, [str(c) for c in range(C)], head)
+            figures["confusion"] = confusion_figure(matrix, labels, [name(c) for c in range(C)], head)
             tables["confusion"] = confusion_csv(matrix, order, matching)
 
         keep = torch.randperm(N, generator=torch.Generator().manual_seed(0))[:self.max_points]

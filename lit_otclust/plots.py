@@ -149,6 +149,11 @@ def _tick_width(labels: list[str], size: int = 8) -> float:
     return max(map(len, labels), default=0) * _CHAR[size] + 0.12
 
 
+def _crowded(labels: list[str], slot: float, size: int = 8) -> bool:
+    """Whether tick labels ``slot`` inches apart would run into each other written across: then they stand upright."""
+    return max(map(len, labels), default=0) * _CHAR[size] > slot - 0.05
+
+
 def _colormap(n: int) -> str:
     return "tab10" if n <= 10 else "tab20" if n <= 20 else "turbo"
 
@@ -190,7 +195,8 @@ def confusion_figure(matrix: Tensor, row_labels: list[str], col_labels: list[str
     if m.size <= 400:
         for (i, j), v in np.ndenumerate(m):
             ax.text(j, i, str(v), ha="center", va="center", fontsize=7, color="white" if v > m.max() / 2 else "black")
-    ax.set_xticks(range(cols), col_labels, fontsize=8)
+    upright = _crowded(col_labels, 0.45)  # class names (e.g. CIFAR-10's "automobile") wider than a column
+    ax.set_xticks(range(cols), col_labels, fontsize=8, rotation=90 if upright else 0)
     ax.set_yticks(range(rows), row_labels, fontsize=8)
     ax.set_xlabel("class")
     ax.set_ylabel("cluster -> matched class")
@@ -198,7 +204,8 @@ def confusion_figure(matrix: Tensor, row_labels: list[str], col_labels: list[str
     fig.colorbar(im, ax=ax, shrink=0.8)
     # The colorbar of a tall matrix is wide (its width follows its height) and leaves its tick labels no room.
     _margins(fig, left=_tick_width(row_labels) + _LINE[10] + 0.1, right=len(str(int(m.max()))) * _CHAR[10] + 0.2,
-             bottom=_LINE[8] + _LINE[10] + 0.25, top=_title_height(title))
+             bottom=_tick_width(col_labels) + _LINE[10] + 0.15 if upright else _LINE[8] + _LINE[10] + 0.25,
+             top=_title_height(title))
     return fig
 
 
@@ -234,13 +241,14 @@ def sizes_figure(sizes: Tensor, proportions: Tensor, labels: list[str], title: s
     ax.bar(range(k), sizes.numpy(), color="tab:blue", alpha=0.8, label="cluster size")
     ax.scatter(range(k), proportions.numpy(), marker="_", s=400, color="tab:red", linewidths=2, label="prescribed w",
                zorder=3)
-    ax.set_xticks(range(k), labels, fontsize=8, rotation=90 if k > 20 else 0)
+    upright = k > 20 or _crowded(labels, 0.45)
+    ax.set_xticks(range(k), labels, fontsize=8, rotation=90 if upright else 0)
     ax.set_xlabel("cluster -> matched class")
     ax.set_ylabel("fraction of the samples")
     ax.legend(fontsize=8)
     _title(ax, title)
     _margins(fig, left=4 * _CHAR[10] + _LINE[10] + 0.25, right=0.15,
-             bottom=(_tick_width(labels) if k > 20 else _LINE[8] + 0.1) + _LINE[10] + 0.15, top=_title_height(title))
+             bottom=(_tick_width(labels) if upright else _LINE[8] + 0.1) + _LINE[10] + 0.15, top=_title_height(title))
     return fig
 
 
@@ -250,13 +258,15 @@ def plan_figure(plan: Tensor, clusters: Tensor, order: Tensor, col_labels: list[
     rank[order] = torch.arange(len(order))  # display position of each cluster
     rows = rank[clusters].argsort(stable=True)
     image = (plan[rows][:, order] * len(plan)).cpu().numpy()  # (m, K)
-    fig = _figure(max(7.5, 1.8 + 0.4 * plan.shape[1]), 5)
+    width = max(7.5, 1.8 + 0.4 * plan.shape[1])
+    fig = _figure(width, 5)
     ax = fig.add_subplot()
     im = ax.imshow(image, aspect="auto", cmap="magma", interpolation="nearest", vmin=0, vmax=1)
     bounds = torch.bincount(rank[clusters], minlength=len(order)).cumsum(0)[:-1]
     for b in bounds.tolist():
         ax.axhline(b - 0.5, color="white", linewidth=0.4, alpha=0.6)
-    rotated = len(order) > 20
+    # A column's share of the axes, about 80% of the figure's width less the margins.
+    rotated = len(order) > 20 or _crowded(col_labels, 0.8 * (width - 1.0) / len(order))
     ax.set_xticks(range(len(order)), col_labels, fontsize=8, rotation=90 if rotated else 0)
     ax.set_xlabel("cluster -> matched class")
     ax.set_ylabel("batch samples, grouped by their cluster")

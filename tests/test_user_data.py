@@ -10,6 +10,7 @@ import csv
 import io
 import logging
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -26,6 +27,7 @@ from PIL import Image
 
 from lit_otclust.data import (ArrayDataModule, ImageFolderDataModule, MNISTDataModule, ResumableLoader,
                               geometric_proportions, proportional_counts)
+from lit_otclust.data.folder import UnreadableImagesError
 
 REPO = Path(__file__).resolve().parents[1]
 FOLDER_CONFIG = str(REPO / "configs" / "folder_example.yaml")
@@ -290,9 +292,8 @@ def test_errors_name_the_file_or_setting(folders, tmp_path) -> None:
     assert str(tmp_path / "classes" / "b") in str(error.value)
     bad = tmp_path / "classes" / "b" / "broken.png"
     bad.write_bytes(b"not a png at all")
-    module = ImageFolderDataModule(str(tmp_path / "classes"), batch_size=1)  # the first image is fine
-    with pytest.raises(ValueError, match="cannot read image") as error:
-        module.setup()
+    with pytest.raises(UnreadableImagesError, match="cannot be read") as error:  # the first image is fine
+        ImageFolderDataModule(str(tmp_path / "classes"), batch_size=1)
     assert str(bad) in str(error.value)
     with pytest.raises(ValueError, match="num_classes"):
         ImageFolderDataModule(str(folders["flat"][0]), labelled=False)
@@ -399,3 +400,331 @@ def test_fit_warns_when_the_model_is_not_told_the_class_proportions(folders) -> 
     uniform = fit(None)  # the OT loss would prescribe 1/3 each
     assert len(uniform) == 1 and "--model.proportions" in uniform[0]
     assert fit(w) == []
+
+
+# ---- decoding: bit depth, transparency, orientation -------------------------------------------
+
+
+def _decoded(folder: Path, grayscale: bool = True, **kwargs) -> dict[str, torch.Tensor]:
+    """{file name: (C, H, W) pixels} as ImageFolderDataModule decodes the images of ``folder`` (unlabelled)."""
+    module = ImageFolderDataModule(str(folder), labelled=False, num_classes=2, grayscale=grayscale, batch_size=1,
+                                   **kwargs)
+    module.setup()
+    return {Path(path).name: x for path, x in zip(module.fit_set.paths, module.fit_set.x)}
+
+
+def _pgm(path: Path, values: np.ndarray, maxval: int) -> None:
+    """A binary 16-bit PGM written by hand (the netpbm format: header, then big-endian samples of 0..maxval)."""
+    height, width = values.shape
+    path.write_bytes(f"P5\n{width} {height}\n{maxval}\n".encode() + values.astype(">u2").tobytes())
+
+
+def test_deep_images_are_scaled_by_their_range_not_clipped(tmp_path) -> None:
+    rng = np.random.default_rng(0)
+    raw = rng.integers(0, 65536, size=(6, 5), dtype=np.uint16)
+    raw[0, :2] = (0, 65535)
+    Image.fromarray(raw).save(tmp_path / "png16.png")  # mode I;16
+    Image.fromarray(raw.astype(">u2")).save(tmp_path / "tiff16b.tif")  # mode I;16B
+    _pgm(tmp_path / "pgm16.pgm", raw, 65535)  # PIL reads it as mode I
+    twelve = rng.integers(0, 4096, size=(6, 5))
+    _pgm(tmp_path / "pgm12.pgm", twelve, 4095)  # a 12-bit PGM: its values are relative to its maxval
+    wide = rng.integers(-70000, 70000, size=(6, 5)).astype(np.int32)
+    Image.fromarray(wide).save(tmp_path / "int32.tif")  # mode I, values outside 16 bits: its own range
+    unit = rng.random((6, 5), dtype=np.float32)
+    Image.fromarray(unit).save(tmp_path / "unit.tif")  # mode F within [0, 1]: kept
+    loose = (rng.standard_normal((6, 5)) * 50).astype(np.float32)
+    Image.fromarray(loose).save(tmp_path / "loose.tif")  # mode F outside [0, 1]: its own range
+    assert [Image.open(tmp_path / n).mode for n in ("png16.png", "tiff16b.tif", "pgm16.pgm", "int32.tif", "loose.tif")] \
+        == ["I;16", "I;16B", "I", "I", "F"]
+
+    def own_range(a: np.ndarray) -> np.ndarray:
+        a = a.astype(np.float64)
+        return (a - a.min()) / (a.max() - a.min())
+
+    expected = {"png16.png": raw / 65535, "tiff16b.tif": raw / 65535, "pgm16.pgm": raw / 65535,
+                "pgm12.pgm": twelve / 4095, "int32.tif": own_range(wide), "unit.tif": unit, "loose.tif": own_range(loose)}
+    for grayscale in (True, False):
+        pixels = _decoded(tmp_path, grayscale)
+        assert set(pixels) == set(expected)
+        for name, reference in expected.items():
+            x = pixels[name]
+            assert x.dtype == torch.float32 and x.shape == (1 if grayscale else 3, 6, 5), name
+            for channel in x:  # RGB repeats the one channel
+                # 2e-6: float32 rounding; the 12-bit PGM: PIL stretches it to 16 bits, rounding to 1/65535.
+                np.testing.assert_allclose(channel.numpy(), reference, rtol=0, atol=1e-5 if name == "pgm12.pgm" else 2e-6,
+                                           err_msg=name)
+    # NaN in a float image: unreadable, named, not a NaN loss later.
+    Image.fromarray(np.float32([[0.5, np.nan]])).save(tmp_path / "nan.tif")
+    with pytest.raises(UnreadableImagesError, match="NaN") as error:
+        _decoded(tmp_path)
+    assert str(tmp_path / "nan.tif") in str(error.value)
+
+
+def _white_composite(colour: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """Straight alpha over white, in [0, 1]: colour (H, W, C) and alpha (H, W) as 0..255 integers."""
+    a = alpha[..., None] / 255.0
+    return (colour * a + 255.0 * (1 - a)) / 255.0
+
+
+def test_transparent_images_are_composited_onto_white(tmp_path) -> None:
+    rng = np.random.default_rng(1)
+    rgba = rng.integers(0, 256, size=(7, 6, 4), dtype=np.uint8)
+    rgba[0, :3, 3] = (0, 255, 128)  # fully transparent, opaque, half
+    Image.fromarray(rgba, "RGBA").save(tmp_path / "rgba.png")
+    la = rng.integers(0, 256, size=(7, 6, 2), dtype=np.uint8)
+    la[0, :2, 1] = (0, 255)
+    Image.fromarray(la, "LA").save(tmp_path / "la.png")
+    pixels = _decoded(tmp_path, grayscale=False)
+    # PIL composites in 8-bit integers: within one step of the exact value.
+    np.testing.assert_allclose(pixels["rgba.png"].permute(1, 2, 0).numpy(), _white_composite(rgba[..., :3], rgba[..., 3]),
+                               rtol=0, atol=1 / 255 + 1e-6)
+    grey = _white_composite(la[..., :1], la[..., 1])[..., 0]
+    for channel in pixels["la.png"]:
+        np.testing.assert_allclose(channel.numpy(), grey, rtol=0, atol=1 / 255 + 1e-6)
+    assert torch.equal(pixels["rgba.png"][:, 0, 0], torch.ones(3))  # the transparent pixel is white
+
+
+def test_palette_images_read_their_colours_and_transparent_entries_read_white(tmp_path) -> None:
+    rng = np.random.default_rng(2)
+    palette = rng.integers(0, 256, size=(16, 3), dtype=np.uint8)
+    index = rng.integers(0, 16, size=(7, 6), dtype=np.uint8)
+    index[0, 0], index[0, 1] = 3, 5
+    for name, transparency in (("plain.png", None), ("trns.png", 3), ("trns.gif", 3)):
+        image = Image.fromarray(index, "P")
+        image.putpalette(palette.flatten().tolist())
+        image.save(tmp_path / name, **({} if transparency is None else {"transparency": transparency}))
+    assert all(Image.open(tmp_path / n).mode == "P" for n in ("plain.png", "trns.png", "trns.gif"))
+    pixels = _decoded(tmp_path, grayscale=False)
+    colours = palette[index] / 255.0  # (H, W, 3): each pixel its palette entry
+    np.testing.assert_array_equal(pixels["plain.png"].permute(1, 2, 0).numpy(), colours.astype(np.float32))
+    see_through = colours.copy()
+    see_through[index == 3] = 1.0  # entry 3 is transparent: white, whatever colour it holds
+    for name in ("trns.png", "trns.gif"):
+        np.testing.assert_array_equal(pixels[name].permute(1, 2, 0).numpy(), see_through.astype(np.float32), err_msg=name)
+
+
+# EXIF orientation -> the stored array as a viewer shows it (the TIFF/EXIF specification's table), in numpy.
+ORIENTATIONS = {1: lambda a: a, 2: np.fliplr, 3: lambda a: np.rot90(a, 2), 6: lambda a: np.rot90(a, -1),
+                8: lambda a: np.rot90(a, 1)}
+
+
+def _with_orientation(path: Path, pixels: np.ndarray, orientation: int, **save) -> None:
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    Image.fromarray(pixels).save(path, exif=exif, **save)
+
+
+def test_exif_orientation_is_applied_as_a_viewer_shows_the_image(tmp_path) -> None:
+    stored = np.random.default_rng(3).integers(0, 256, size=(6, 10), dtype=np.uint8)  # (H, W) as stored
+    for orientation, show in ORIENTATIONS.items():
+        folder = tmp_path / ("upright" if orientation in (1, 2, 3) else "turned")
+        folder.mkdir(exist_ok=True)
+        _with_orientation(folder / f"o{orientation}.png", stored, orientation)
+    for folder, shape in (("upright", (6, 10)), ("turned", (10, 6))):
+        module = ImageFolderDataModule(str(tmp_path / folder), labelled=False, num_classes=2, grayscale=True,
+                                       batch_size=1)
+        assert module.input_shape == (1, *shape)  # image_size is the shown size
+        module.setup()
+        for path, x in zip(module.fit_set.paths, module.fit_set.x):
+            show = ORIENTATIONS[int(Path(path).stem[1:])]
+            np.testing.assert_array_equal(x[0].numpy(), (show(stored) / 255).astype(np.float32), err_msg=path)
+    # A camera's JPEG: lossy, so within a few levels of a smooth picture turned by numpy.
+    smooth = (np.add.outer(np.arange(16) * 8, np.arange(24) * 5) % 256).astype(np.uint8)  # (16, 24)
+    (tmp_path / "jpeg").mkdir()
+    _with_orientation(tmp_path / "jpeg" / "photo.jpg", smooth, 6, quality=95)
+    x = _decoded(tmp_path / "jpeg")["photo.jpg"]
+    assert x.shape == (1, 24, 16)
+    np.testing.assert_allclose(x[0].numpy(), np.rot90(smooth, -1) / 255, rtol=0, atol=0.05)
+
+
+# ---- unreadable files -------------------------------------------------------------------------
+
+
+def _folder_state(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under ``root``: its bytes and modification time, to show nothing was moved or changed."""
+    return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def damaged(tmp_path) -> tuple[Path, list[Path], dict[Path, str]]:
+    """(root, readable files, {unreadable file: a word of its reason}): classes a, b; 10 good PNGs, 4 bad files."""
+    root = tmp_path / "images"
+    rng = np.random.default_rng(4)
+    good = []
+    for label in ("a", "b"):
+        (root / label).mkdir(parents=True)
+        for i in range(5):
+            good.append(root / label / f"{i}.png")
+            Image.fromarray(rng.integers(0, 256, size=(8, 8), dtype=np.uint8)).save(good[-1])
+    jpeg, png = io.BytesIO(), io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, size=(64, 64, 3), dtype=np.uint8)).save(jpeg, "JPEG")
+    Image.fromarray(rng.integers(0, 256, size=(64, 64), dtype=np.uint8)).save(png, "PNG")
+    bad = {root / "a" / "empty.png": "empty", root / "a" / "notes.png": "not an image",
+           root / "b" / "cut.jpg": "truncated", root / "b" / "cut.png": "truncated"}
+    (root / "a" / "empty.png").write_bytes(b"")
+    (root / "a" / "notes.png").write_text("not an image at all")
+    (root / "b" / "cut.jpg").write_bytes(jpeg.getvalue()[:len(jpeg.getvalue()) // 2])
+    (root / "b" / "cut.png").write_bytes(png.getvalue()[:len(png.getvalue()) // 2])
+    with Image.open(root / "b" / "cut.jpg") as header:  # its header reads: only decoding finds the damage
+        assert header.size == (64, 64)
+    return root, sorted(good), bad
+
+
+def test_unreadable_files_stop_the_module_once_naming_count_reasons_and_the_full_list(damaged) -> None:
+    root, good, bad = damaged
+    before = _folder_state(root)
+    with pytest.raises(UnreadableImagesError) as error:
+        ImageFolderDataModule(str(root), grayscale=True, batch_size=2)
+    message = str(error.value)
+    assert message.startswith(f"4 of 14 image files under {root} cannot be read:")
+    for path, reason in bad.items():  # every file named with its reason (4 <= the 5 shown)
+        line = next(line for line in message.splitlines() if line.strip().startswith(f"{path}:"))
+        assert reason in line, line
+    listed = Path(re.search(r"All 4 are listed in (\S+);", message)[1])
+    assert listed.is_file() and root not in listed.parents
+    rows = [line.split("\t") for line in listed.read_text().splitlines()]
+    assert {Path(path) for path, _ in rows} == set(bad) and len(rows) == 4
+    assert "skip_unreadable" in message
+    assert _folder_state(root) == before  # nothing moved, changed or added
+
+
+def test_skip_unreadable_trains_on_the_readable_files_and_warns_once(damaged) -> None:
+    root, good, bad = damaged
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = ImageFolderDataModule(str(root), grayscale=True, batch_size=2, skip_unreadable=True)
+    said = [str(w.message) for w in caught if "cannot be read" in str(w.message)]
+    assert len(said) == 1 and "4 of 14" in said[0] and str(module.unreadable_list) in said[0]
+    assert {path for path, _ in module.unreadable} == set(bad)
+    module.setup()
+    assert module.fit_set.paths == [str(p) for p in good]
+    assert module.fit_set.y.tolist() == [0] * 5 + [1] * 5  # each readable file keeps its folder's class
+    for path, x in zip(good, module.fit_set.x):
+        np.testing.assert_array_equal(x[0].numpy(), np.asarray(Image.open(path), dtype=np.float32) / 255)
+    assert module.predict_dataloader().dataset.paths == module.fit_set.paths
+
+
+def test_skip_unreadable_refuses_a_folder_with_nothing_readable(tmp_path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "0.png").write_bytes(b"")
+    with pytest.raises(UnreadableImagesError, match="no readable image is left in data_dir"):
+        ImageFolderDataModule(str(tmp_path), labelled=False, num_classes=2, skip_unreadable=True, batch_size=1)
+
+
+# ---- class names in predictions, the summary and the figures ----------------------------------
+
+
+def test_predict_names_classes_in_the_file_the_summary_and_the_figures(tmp_path, capsys, monkeypatch) -> None:
+    """Three named class folders and one unreadable file (skipped): predictions.csv carries each row's class names,
+    the summary each cluster's size with its matched class's name, and the figures label classes by name; the
+    reference matching is scipy's Hungarian algorithm on the (cluster, folder) counts of the written rows."""
+    import lit_otclust.figures as figures
+    from scipy.optimize import linear_sum_assignment
+
+    from lit_otclust.callbacks import ClusterWriter, RunSummary
+    from lit_otclust.figures import ClusterFigures
+    from lit_otclust.models import MLPAutoencoder
+    from lit_otclust.system import DeepClustering
+
+    root, names = tmp_path / "images", ["cat", "dog", "fish"]
+    rng = np.random.default_rng(5)
+    for c, name in enumerate(names):  # a dark, a grey and a bright class
+        (root / name).mkdir(parents=True)
+        for i in range(6):
+            pixels = np.clip(rng.normal(40 + 85 * c, 20, (8, 8)), 0, 255).astype(np.uint8)
+            Image.fromarray(pixels).save(root / name / f"{i}.png")
+    (root / "dog" / "broken.png").write_bytes(b"")
+    data = ImageFolderDataModule(str(root), grayscale=True, batch_size=6, skip_unreadable=True)
+    torch.manual_seed(0)
+    model = DeepClustering(MLPAutoencoder(data.input_shape, hidden_dims=(8,), latent_dim=2), num_clusters=3)
+    data.setup()
+    with torch.no_grad():  # one center on an image of each class, so the clusters differ
+        model.centers.copy_(model.embed(data.fit_set.x[[0, 6, 12]]))
+    drawn, save_png = {}, figures.save_png
+
+    def keep(fig, path):  # the figures as drawn, to read their tick labels
+        drawn[path.stem.split("_")[0]] = fig
+        return save_png(fig, path)
+
+    monkeypatch.setattr(figures, "save_png", keep)
+    trainer = L.Trainer(default_root_dir=tmp_path, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                        callbacks=[ClusterWriter(str(tmp_path)), RunSummary(), ClusterFigures(gallery_size=2)])
+    trainer.predict(model, datamodule=data)
+
+    rows = _predictions(tmp_path)
+    assert list(rows[0]) == ["index", "file", "cluster", "label", "label_name", "matched_class", "matched_class_name",
+                             "distance"]
+    assert len(rows) == 18 and not any(r["file"].endswith("broken.png") for r in rows)
+    counts = np.zeros((3, 3), dtype=int)
+    for r in rows:
+        assert r["label_name"] == Path(r["file"]).parent.name == names[int(r["label"])]
+        counts[int(r["cluster"]), names.index(r["label_name"])] += 1
+    clusters, classes = linear_sum_assignment(counts, maximize=True)
+    matched = dict(zip(clusters.tolist(), [names[c] for c in classes]))
+    assert all(r["matched_class_name"] == matched[int(r["cluster"])] for r in rows)
+
+    printed = capsys.readouterr().out
+    sizes = ", ".join(f"{k}->{matched[k]}: {counts[k].sum()}" for k in range(3))
+    assert f"  clusters     {sizes} (cluster->matched class: rows)" in printed
+    assert re.search(rf"  unreadable   1 files not predicted \(listed in {re.escape(str(data.unreadable_list))}\)", printed)
+
+    by_class = sorted(matched, key=lambda k: names.index(matched[k]))  # the figures' row order: class 0, 1, 2
+    labels = [f"{k}->{matched[k]}" for k in by_class]
+    confusion = drawn["confusion"].axes[0]
+    assert [t.get_text() for t in confusion.get_xticklabels()] == names
+    assert [t.get_text() for t in confusion.get_yticklabels()] == labels
+    assert [t.get_text() for t in drawn["sizes"].axes[0].get_xticklabels()] == labels
+    assert [t.get_text().split()[0] for t in drawn["gallery"].axes[0].get_yticklabels()] == labels
+
+
+def test_long_class_names_stand_upright_instead_of_overlapping(tmp_path) -> None:
+    """CIFAR-10's names under the columns of the confusion matrix, the sizes' bars and the plan: no two tick labels
+    overlap and every text lies inside its figure."""
+    from lit_otclust.plots import confusion_figure, plan_figure, sizes_figure
+
+    names = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+    labels = [f"{k}->{names[(k + 3) % 10]}" for k in range(10)]
+    drawn = {"confusion": confusion_figure(torch.randint(0, 6000, (10, 10)), labels, names, "a title"),
+             "sizes": sizes_figure(torch.full((10,), 0.1), torch.full((10,), 0.1), labels, "a title"),
+             "plan": plan_figure(torch.softmax(torch.randn(300, 10), 1) / 300, torch.randint(0, 10, (300,)),
+                                 torch.arange(10), labels, "a title")}
+    for name, fig in drawn.items():
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        ticks = [t.get_window_extent(renderer) for t in fig.axes[0].get_xticklabels()]
+        assert all(a.x1 <= b.x0 for a, b in zip(ticks, ticks[1:])), name  # left to right, not overlapping
+        drawn_box, (width, height) = fig.get_tightbbox(renderer), fig.get_size_inches()
+        assert drawn_box.x0 >= -0.01 and drawn_box.y0 >= -0.01 and drawn_box.x1 <= width + 0.01 \
+            and drawn_box.y1 <= height + 0.01, (name, drawn_box.extents)
+
+
+def test_class_names_of_the_torchvision_modules() -> None:
+    assert MNISTDataModule(download=False).class_names is None  # a digit is its own name
+    assert MNISTDataModule(download=False, classes=[3, 8]).class_names == ["3", "8"]  # labels 0, 1 are digits 3, 8
+
+
+@pytest.mark.slow
+def test_cifar10_names_come_from_its_meta_file(data_dir) -> None:
+    import pickle
+
+    from lit_otclust.data import CIFAR10DataModule
+
+    with open(data_dir / "cifar-10-batches-py" / "batches.meta", "rb") as fh:  # the data set's own list
+        meta = pickle.load(fh)["label_names"]
+    module = CIFAR10DataModule(str(data_dir), download=False, fit_split="test", classes=[3, 5], batch_size=10)
+    module.setup()
+    assert module.class_names == [meta[3], meta[5]] == ["cat", "dog"]
+
+
+def test_the_cli_stops_on_unreadable_files_with_the_message_before_any_logger(damaged, tmp_path) -> None:
+    from lit_otclust.cli import main
+
+    root, _, bad = damaged
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as stop:
+        main(["fit", "--config", FOLDER_CONFIG, "--data.data_dir", str(root), "--trainer.default_root_dir", str(out)])
+    # A message, not an exception: Python prints it alone, without a traceback, and exits with status 1.
+    assert isinstance(stop.value.code, str) and stop.value.__cause__ is None
+    assert stop.value.code.startswith("python -m lit_otclust: error: 4 of 14 image files")
+    assert all(str(path) in stop.value.code for path in bad)
+    assert not out.exists()  # no W&B run, CSV log, checkpoint or config was created

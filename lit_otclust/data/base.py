@@ -124,6 +124,16 @@ class InMemoryDataModule(L.LightningDataModule):
         # Set where the held-out samples are fit_set[heldout_offset:]: evaluation then embeds them once.
         self.heldout_offset: int | None = None
 
+    @property
+    def class_names(self) -> list[str] | None:
+        """What classes 0, 1, ... are called, for predictions and figures; None where a label is its own name.
+
+        Here ``classes`` as text where a subclass has them (an image folder's sub-folders, an array file's label
+        values, MNIST's kept digits); CIFAR-10 names its classes (``airplane``, ...).
+        """
+        classes = getattr(self, "classes", None)
+        return None if classes is None else [str(c) for c in classes]
+
     # --- which samples -------------------------------------------------------------------------
 
     def _check_subset(self, available: int, samples: str) -> None:
