@@ -14,29 +14,33 @@ from pathlib import Path
 from jsonargparse import CLI
 
 from lit_otclust.clustering import kmeans
-from lit_otclust.data import CIFAR10DataModule, MNISTDataModule
+from lit_otclust.data import CIFAR10DataModule, ImageFolderDataModule, MNISTDataModule
 from lit_otclust.metrics import hungarian_accuracy
 from lit_otclust.sinkhorn import squared_distances
 
-DATA_MODULES = {"mnist": MNISTDataModule, "cifar10": CIFAR10DataModule}
+DATA_MODULES = {"mnist": MNISTDataModule, "cifar10": CIFAR10DataModule, "folder": ImageFolderDataModule}
 
 
 def kmeans_raw(dataset: str = "mnist", data_dir: str = "data", download: bool = True, fit_split: str = "all",
                subset: int | None = None, scaling: str = "unit", n_init: int = 10, seed: int = 0,
-               output: str | None = None) -> dict[str, float]:
+               output: str | None = None, image_size: int | None = None, grayscale: bool = False) -> dict[str, float]:
     """Cluster the raw pixels with k-means (k-means++, ``n_init`` restarts) and score the clusters.
 
     Args:
-        dataset: "mnist" or "cifar10".
-        data_dir, download, fit_split, subset, scaling: as in the data modules.
+        dataset: "mnist", "cifar10" or "folder" (a folder of images in class sub-folders, read as
+            :class:`~lit_otclust.data.ImageFolderDataModule` reads it: the pixels a folder run clusters).
+        data_dir, download, fit_split, subset, scaling: as in the data modules (download and fit_split: not
+            for a folder).
+        image_size, grayscale: a folder's, as in :class:`~lit_otclust.data.ImageFolderDataModule`.
         n_init: k-means restarts (the best inertia is kept).
         seed: seeds k-means and the subset.
         output: a JSON file to write the scores to.
     """
     if dataset not in DATA_MODULES:
         raise ValueError(f"dataset={dataset!r} is unknown; choose one of {sorted(DATA_MODULES)}")
-    dm = DATA_MODULES[dataset](data_dir=data_dir, download=download, fit_split=fit_split, subset=subset,
-                               seed=seed, scaling=scaling, batch_size=1, drop_last=False)
+    common = dict(data_dir=data_dir, subset=subset, seed=seed, scaling=scaling, batch_size=1, drop_last=False)
+    dm = (ImageFolderDataModule(image_size=image_size, grayscale=grayscale, **common) if dataset == "folder" else
+          DATA_MODULES[dataset](download=download, fit_split=fit_split, **common))
     dm.prepare_data()
     dm.setup("fit")
     x, y = dm.fit_set.x.flatten(1), dm.fit_set.y
