@@ -400,7 +400,7 @@ class RunSummary(L.Callback):
             if run is not None and run.offline:
                 folder = Path(run.dir).parent
                 lines.append(("W&B run", f"{folder} (offline; upload: wandb sync {folder})"))
-            elif run is not None:
+            elif run is not None and run.url:  # WANDB_MODE=disabled makes a run without a page: no line
                 lines.append(("W&B run", str(run.url)))
         lines += self._figure_lines(trainer)
         if self.command is not None and checkpoint is not None:

@@ -112,3 +112,20 @@ def test_a_run_stopped_by_sigterm_prints_how_to_resume_and_the_resumed_run_keeps
     expected = tuple(f"{float(best[k]):.4f}" for k in ("val/acc", "val/nmi", "val/ari")) + (int(best["epoch"]),)
     assert _scores(printed["best val/acc"]) == expected
     assert _scores(printed["last val/acc"])[3] == 2
+
+
+def test_a_disabled_wandb_run_prints_no_wandb_line(tmp_path, monkeypatch):
+    """WANDB_MODE=disabled gives a run object without a page: the summary names no W&B run (it printed 'None')."""
+    from types import SimpleNamespace
+
+    from lightning.pytorch.loggers import WandbLogger
+
+    from lit_otclust.callbacks import RunSummary
+
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    logger = WandbLogger(save_dir=str(tmp_path))
+    assert logger.experiment is not None  # the disabled run exists
+    trainer = SimpleNamespace(loggers=[logger], checkpoint_callbacks=[], callbacks=[], default_root_dir=str(tmp_path))
+    lines = dict(RunSummary(None, "python -m lit_otclust")._fit_lines(trainer))
+    wandb.finish()
+    assert "W&B run" not in lines and "val/acc" in lines
