@@ -71,12 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epoch", type=int, default=None)
     p.add_argument("--key_b", default=None)
     p.add_argument("--against", type=float, default=None, help="a claimed difference to test (e.g. the paper's)")
+    p.add_argument("--seeds", default=None, help="only these seeds, e.g. 5-9 (the ones not used to choose a setting)")
     p = sub.add_parser("claims", help="the paper's p-values recomputed from its Table 1, beside ours paired by seed")
     p.add_argument("--mnist", default="results/protocol", help="MNIST's folder of records")
     p.add_argument("--cifar10", default="results/cifar10_long", help="CIFAR-10's folder of records")
     args = parser.parse_args(argv)
     if args.command == "compare":
-        compare(args.a, args.b, args.key, args.epoch, args.key_b, args.against)
+        compare(args.a, args.b, args.key, args.epoch, args.key_b, args.against, seeds=args.seeds)
         return 0
     if args.command == "claims":
         print(claims({"mnist": args.mnist, "cifar10": args.cifar10}), end="")

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from lit_otclust.studies import parse_seeds
+
 # Table 1 of the paper: mean, std, min, max of the accuracy over 50 runs of 200 epochs.
 PAPER = {
     "mnist": {"kmeans": (0.513, None, None, None), "ae_kmeans": (0.801, 0.025, 0.765, 0.912),
@@ -153,7 +155,7 @@ def paired_power(delta: float, sd: float, n: int, alpha: float = 0.05) -> float:
 
 
 def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_b: str | None = None,
-            against: float | None = None, quiet: bool = False) -> dict[str, float]:
+            against: float | None = None, quiet: bool = False, seeds: Any = None) -> dict[str, float]:
     """Effect of a over b, paired by seed: mean difference ± its std, its 95% confidence interval (t), the
     paired t-test and Welch p-values.
 
@@ -165,9 +167,14 @@ def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_
             "the mean difference is ``against``" (``against_p``), and the power these pairs had to detect a
             difference that large at the 5% level, given their spread (``against_power``, :func:`paired_power`).
         quiet: return the numbers without printing the sentence that states them.
+        seeds: only these seeds, both sides (a list, one seed, or a range "5-9", as a study file takes them): a
+            test on seeds that played no part in choosing what is compared.
     """
-    runs_a = {r["seed"]: _value(r, key, epoch) for r in _select(a)}
-    runs_b = {r["seed"]: _value(r, key_b or key, epoch) for r in _select(b)}
+    keep = None if seeds is None else set(parse_seeds(seeds))
+    runs_a = {r["seed"]: _value(r, key, epoch) for r in _select(a) if keep is None or r["seed"] in keep}
+    runs_b = {r["seed"]: _value(r, key_b or key, epoch) for r in _select(b) if keep is None or r["seed"] in keep}
+    if not runs_a or not runs_b:
+        raise ValueError(f"no runs of {a if not runs_a else b} on seeds {seeds}")
     seeds = sorted(set(runs_a) & set(runs_b))
     diff = np.array([runs_a[s] - runs_b[s] for s in seeds])
     paired = stats.ttest_rel([runs_a[s] for s in seeds], [runs_b[s] for s in seeds]) if len(seeds) > 1 else None
@@ -207,6 +214,8 @@ def compare_table(pairs: list[dict[str, Any]]) -> str:
     for pair in pairs:
         key = pair.get("key", "val/acc") + (f" vs {pair['key_b']}" if pair.get("key_b") else "")
         at = "final" if pair.get("epoch") is None else f"epoch {pair['epoch']}"
+        if pair.get("seeds") is not None:
+            at += f", seeds {pair['seeds']}"
         try:
             c = compare(**pair, quiet=True)
         except ValueError as missing:  # a study's report is written while its runs land

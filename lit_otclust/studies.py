@@ -156,7 +156,7 @@ def _text(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
-def _seeds(value: Any) -> list[int]:
+def parse_seeds(value: Any) -> list[int]:
     if isinstance(value, int):
         return [value]
     if isinstance(value, str):
@@ -204,7 +204,7 @@ def parse_study(spec: dict[str, Any], path: Path | None = None) -> Study:
         points = [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]
         folder = out / merged["folder"] if "folder" in merged else out
         configs = [_config_path(c, base) for c in merged["configs"]]
-        for seed in _seeds(merged.get("seeds", [0])):  # seed-major: a seed's runs land together
+        for seed in parse_seeds(merged.get("seeds", [0])):  # seed-major: a seed's runs land together
             for config in configs:
                 for point in points:
                     run = Run(config, seed, point, fixed, folder)

@@ -437,6 +437,12 @@ def test_compare_pairs_runs_by_seed(tmp_path):
         == pytest.approx(out["paired_p"])
     assert experiments.compare(f"{tmp_path}:mnist_ot", f"{tmp_path}:mnist_soft_kmeans",
                                against=out["paired_diff"])["against_p"] == pytest.approx(1.0)
+    # Some seeds only (those that chose nothing): seeds 1-2 are the paired test of those two pairs alone.
+    fresh = experiments.compare(f"{tmp_path}:mnist_ot", f"{tmp_path}:mnist_soft_kmeans", seeds="1-2")
+    assert (fresh["n_paired"], fresh["n_a"]) == (2, 2) and fresh["paired_diff"] == pytest.approx(np.mean([0.13, -0.05]))
+    assert fresh["paired_p"] == pytest.approx(stats.ttest_rel([0.85, 0.90], [0.72, 0.95]).pvalue)
+    with pytest.raises(ValueError, match="on seeds 5-9"):
+        experiments.compare(f"{tmp_path}:mnist_ot", f"{tmp_path}:mnist_soft_kmeans", seeds="5-9")
 
 
 def test_compare_table_says_over_which_runs_each_mean_is(tmp_path):
