@@ -243,12 +243,16 @@ class ClusterFigures(L.Callback):
         tables: dict[str, str] = {}
 
         near = nearest_to_centers(snap.z, snap.centers, self.gallery_size)[order]  # (K, n)
-        images = display_images(snap.x[near.flatten()])
-        images = images.reshape(*near.shape, *images.shape[1:])  # (K, n, H, W, 3)
-        mismatch = (snap.y[near] != matching[order][:, None]).numpy() if labelled else None
-        row_labels = [f"{lab}  {sizes[k]:.1%}" for lab, k in zip(labels, order.tolist())]
-        figures["gallery"] = gallery_figure(images, row_labels, mismatch,
-                                            f"{head}\nrows: cluster -> matched class, size; red: another class")
+        try:
+            images = display_images(snap.x[near.flatten()])
+        except ValueError:  # features (an array of embeddings), not images: no gallery, the other figures stand
+            images = None
+        if images is not None:
+            images = images.reshape(*near.shape, *images.shape[1:])  # (K, n, H, W, 3)
+            mismatch = (snap.y[near] != matching[order][:, None]).numpy() if labelled else None
+            row_labels = [f"{lab}  {sizes[k]:.1%}" for lab, k in zip(labels, order.tolist())]
+            figures["gallery"] = gallery_figure(images, row_labels, mismatch,
+                                                f"{head}\nrows: cluster -> matched class, size; red: another class")
 
         if labelled:
             figures["confusion"] = confusion_figure(matrix, labels, [name(c) for c in range(C)], head)

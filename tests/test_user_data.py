@@ -28,6 +28,7 @@ from PIL import Image
 from lit_otclust.data import (ArrayDataModule, ImageFolderDataModule, MNISTDataModule, ResumableLoader,
                               geometric_proportions, proportional_counts)
 from lit_otclust.data.folder import UnreadableImagesError
+from lit_otclust.models import MLPAutoencoder
 
 REPO = Path(__file__).resolve().parents[1]
 FOLDER_CONFIG = str(REPO / "configs" / "folder_example.yaml")
@@ -270,6 +271,39 @@ def test_array_module_reads_npy_npz_and_pt_as_saved(tmp_path) -> None:
     torch.testing.assert_close(standard.fit_set.x, torch.from_numpy((floats - mean) / std))
 
 
+def test_array_module_reads_features_from_a_file_and_from_memory(tmp_path) -> None:
+    """(N, d) features (a pretrained network's embeddings): input_shape (d,), served as saved, and the MLP
+    autoencoder takes them; the same array in memory (from_arrays) gives the same module."""
+    rng = np.random.default_rng(0)
+    features = rng.standard_normal((20, 7)).astype(np.float32)
+    values = rng.choice([3, 5, 9], size=20)
+    np.savez(tmp_path / "emb.npz", x=features, y=values)
+    from_file = ArrayDataModule(str(tmp_path / "emb.npz"), batch_size=4)
+    in_memory = ArrayDataModule.from_arrays(features, values, batch_size=4)
+    unlabelled = ArrayDataModule.from_arrays(torch.from_numpy(features), num_classes=2, batch_size=4)
+    for module in (from_file, in_memory, unlabelled):
+        module.setup()
+        assert module.input_shape == (7,) and torch.equal(module.fit_set.x, torch.from_numpy(features))
+    assert (from_file.num_classes, in_memory.classes) == (3, [3, 5, 9])
+    assert torch.equal(in_memory.fit_set.y, from_file.fit_set.y)
+    assert torch.equal(unlabelled.fit_set.y, torch.full((20,), -1))
+    x, _, _ = next(iter(in_memory.train_dataloader()))
+    z, x_hat = MLPAutoencoder(in_memory.input_shape, hidden_dims=(8,), latent_dim=2)(x)
+    assert x.shape == x_hat.shape == (4, 7) and z.shape == (4, 2)
+    features[0, 0] = 100.0  # the module copied the caller's array in setup
+    assert in_memory.fit_set.x[0, 0] != 100.0
+    with pytest.raises(ValueError, match="the array x holds int64 features"):
+        ArrayDataModule.from_arrays(np.zeros((4, 3), dtype=np.int64), num_classes=2)
+
+
+def test_array_module_standardizes_each_feature(tmp_path) -> None:
+    features = np.random.default_rng(0).standard_normal((20, 7)).astype(np.float32) * 3 + 1
+    module = ArrayDataModule.from_arrays(features, num_classes=2, batch_size=4, scaling="standard")
+    module.setup()
+    expected = (features - features.mean(0)) / features.std(0, ddof=1)
+    torch.testing.assert_close(module.fit_set.x, torch.from_numpy(expected))
+
+
 # ---- errors name the file or setting ----------------------------------------------------------
 
 
@@ -300,8 +334,8 @@ def test_errors_name_the_file_or_setting(folders, tmp_path) -> None:
     with pytest.raises(ValueError, match="num_classes=5 but"):
         ImageFolderDataModule(str(folders["labelled"][0]), num_classes=5)
 
-    np.save(tmp_path / "flat.npy", np.zeros((10, 784), dtype=np.uint8))
-    with pytest.raises(ValueError, match=r"rank 2") as error:
+    np.save(tmp_path / "flat.npy", np.zeros(10, dtype=np.uint8))
+    with pytest.raises(ValueError, match=r"rank 1") as error:
         ArrayDataModule(str(tmp_path / "flat.npy"), num_classes=2)
     assert str(tmp_path / "flat.npy") in str(error.value)
     np.save(tmp_path / "x.npy", np.zeros((10, 4, 4), dtype=np.uint8))

@@ -3,7 +3,8 @@
 - :mod:`~lit_otclust.data.torchvision`: MNIST and CIFAR-10 (which samples are clustered:
   ``fit_split``; a few classes: ``classes``).
 - :mod:`~lit_otclust.data.folder` and :mod:`~lit_otclust.data.arrays`: your own images, a folder of
-  image files or an array file, with or without labels (:mod:`~lit_otclust.data.user`).
+  image files or an array file, or features (N, d) in an array file or in memory
+  (``ArrayDataModule.from_arrays``), with or without labels (:mod:`~lit_otclust.data.user`).
 - :mod:`~lit_otclust.data.base`: what they share: the loader settings (``batch_size``,
   ``eval_batch_size``, ``subset``, ``class_proportions``, ``seed``, ``scaling``, ``drop_last``,
   ``num_workers``, ``on_device``), stated once in :class:`InMemoryDataModule`, and the loaders.

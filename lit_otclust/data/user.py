@@ -74,9 +74,10 @@ class UserDataModule(InMemoryDataModule):
         self._check_fit_size(len(x))
         heldout_x = None if heldout is None else self._to_float(heldout[0])
         if self.scaling == "standard":
-            mean = x.mean(dim=(0, 2, 3), dtype=torch.float64)  # (C,)
+            dims = (0, *range(2, x.dim()))  # per channel of images (N, C, H, W), per feature of features (N, d)
+            mean = x.mean(dim=dims, dtype=torch.float64)  # (C,) or (d,)
             # A constant channel (std 0) is only centred: dividing by 0 would turn it into NaN.
-            std = x.std(dim=(0, 2, 3)).double().clamp_min(1e-12) if len(x) > 1 else torch.ones_like(mean)
+            std = x.std(dim=dims).double().clamp_min(1e-12) if len(x) > 1 else torch.ones_like(mean)
             self.mean, self.std = tuple(mean.tolist()), tuple(std.tolist())
             for images in (x, heldout_x):
                 if images is not None:

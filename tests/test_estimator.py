@@ -1,0 +1,225 @@
+"""The scikit-learn estimator :class:`lit_otclust.OTClustering`: scikit-learn's checks, and answers known in advance.
+
+References: scikit-learn's estimator checks; blobs of known proportions against sklearn's KMeans and the Bayes
+classifier of the true mixture; ``predict`` against numpy's argmin over ``transform`` and ``cluster_centers_``;
+uint8 images against the same images / 255, channels-last against channels-first; the command line (``fit`` then
+``predict`` on an .npz) against the estimator at the same seed.
+
+Skipped or expected to fail among scikit-learn's checks (:data:`EXPECTED_FAILED_CHECKS`): five checks set
+``n_clusters = 1``, which :class:`~lit_otclust.system.DeepClustering` refuses (one cluster leaves no clustering
+loss to train); ``test_api_the_n_clusters_1_checks_would_test`` checks their properties at K = 2 instead.
+``check_array_api_input`` skips itself (SCIPY_ARRAY_API unset; the estimator takes numpy input only).
+"""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sklearn.base import clone
+from sklearn.cluster import KMeans
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from lit_otclust import OTClustering
+from lit_otclust.metrics import hungarian_accuracy
+
+# A small network and a few epochs: each scikit-learn check fits in well under a second.
+TINY = dict(hidden_dims=(16,), latent_dim=4, max_epochs=3, kmeans_n_init=1)
+N_CLUSTERS_1 = ("sets n_clusters=1; DeepClustering needs K >= 2 (its properties are checked at K = 2 in "
+                "test_api_the_n_clusters_1_checks_would_test)")
+EXPECTED_FAILED_CHECKS = {name: N_CLUSTERS_1 for name in (
+    "check_dont_overwrite_parameters", "check_methods_subset_invariance", "check_fit2d_1sample",
+    "check_fit2d_1feature", "check_fit2d_predict1d")}
+
+
+@parametrize_with_checks([OTClustering(**TINY)], expected_failed_checks=lambda estimator: EXPECTED_FAILED_CHECKS)
+def test_sklearn_estimator_checks(estimator, check) -> None:
+    check(estimator)
+
+
+def _blobs(sizes: list[int], seed: int, features: int = 2,
+           scale: float = 3.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Unit-variance Gaussian blobs centred on a triangle of side ``scale`` (in the first two axes):
+    X (n, features), labels (n,), centers (3, features)."""
+    rng = np.random.default_rng(seed)
+    centers = np.zeros((3, features))
+    centers[:, :2] = np.array([[0, 0], [1, 0], [0.5, np.sqrt(3) / 2]]) * scale
+    y = np.repeat(np.arange(3), sizes)
+    return centers[y] + rng.standard_normal((len(y), features)), y, centers
+
+
+def _matched(labels: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    """Hungarian accuracy, and the share of the samples in the cluster matched to each class, (C,)."""
+    out = hungarian_accuracy(torch.as_tensor(labels), torch.as_tensor(y), 3, 3)
+    cluster_of_class = torch.argsort(out["matching"]).numpy()  # K = C: the matching is a permutation
+    return float(out["acc"]), np.bincount(labels, minlength=3)[cluster_of_class] / len(y)
+
+
+def test_blobs_of_known_proportions_are_recovered_where_kmeans_drifts_to_equal_sizes() -> None:
+    """Three overlapping blobs of 60 / 30 / 10 %: told the proportions, the OT clusters have those sizes and
+    an accuracy near the Bayes classifier's (the true mixture, the best any rule can do); k-means' sizes
+    drift towards equal, and its accuracy is lower.
+
+    One seed of a method that depends on its start (k-means on the untrained embedding). Measured on data seeds
+    0-5 x random_state 0-2 at these settings: OT sizes within 0.05 of w and accuracy 0.847-0.915 in all 18 runs,
+    at or above k-means' in 17 (Bayes 0.890-0.916; k-means 0.813-0.869, its largest cluster 0.48-0.53). With the
+    configs' PyTorch initialisation, 8 of the 18 runs matched k-means; the other 10 gave a proportion to the
+    wrong cluster (accuracy 0.77-0.82)."""
+    w = np.array([0.6, 0.3, 0.1])
+    X, y, centers = _blobs([600, 300, 100], seed=0)
+    log_posterior = -0.5 * ((X[:, None] - centers[None]) ** 2).sum(-1) + np.log(w)  # (n, 3), up to a constant
+    bayes = float((log_posterior.argmax(1) == y).mean())  # 0.904
+
+    kmeans_acc, kmeans_sizes = _matched(KMeans(3, n_init=10, random_state=0).fit(X).labels_, y)  # 0.853
+    model = OTClustering(3, proportions=w.tolist(), weight_init="glorot", max_epochs=100, random_state=0).fit(X)
+    acc, sizes = _matched(model.labels_, y)  # 0.896
+
+    assert kmeans_sizes[0] < w[0] - 0.06 and kmeans_sizes[2] > w[2] + 0.06, kmeans_sizes  # 0.525 / 0.283 / 0.192
+    assert np.abs(sizes - w).max() < 0.04, sizes  # 0.600 / 0.274 / 0.126
+    assert acc >= kmeans_acc and acc > bayes - 0.02, (acc, kmeans_acc, bayes)
+
+
+def test_predict_is_the_nearest_center_of_the_embedding_and_labels_are_predict_on_the_training_set() -> None:
+    X, _, _ = _blobs([40, 30, 20], seed=0, features=5)
+    model = OTClustering(3, **TINY, random_state=0).fit(X)
+    z = model.transform(X)
+    nearest = ((z[:, None] - model.cluster_centers_[None]) ** 2).sum(-1).argmin(1)  # numpy, not the system
+    assert z.shape == (90, 4) and z.dtype == np.float32 and model.cluster_centers_.shape == (3, 4)
+    np.testing.assert_array_equal(model.predict(X), nearest)
+    np.testing.assert_array_equal(model.labels_, nearest)
+    np.testing.assert_array_equal(model.fit_predict(X), model.labels_)
+    assert model.get_feature_names_out().tolist() == [f"otclustering{i}" for i in range(4)]
+
+
+def test_fit_is_deterministic_and_leaves_the_callers_random_state_alone() -> None:
+    X, _, _ = _blobs([30, 20, 10], seed=0)
+    torch_state, numpy_state = torch.get_rng_state(), np.random.get_state()
+    first = OTClustering(3, **TINY, random_state=0).fit(X)
+    again = OTClustering(3, **TINY, random_state=0).fit(X)
+    other = OTClustering(3, **TINY, random_state=1).fit(X)
+    np.testing.assert_array_equal(first.cluster_centers_, again.cluster_centers_)
+    np.testing.assert_array_equal(first.labels_, again.labels_)
+    assert not np.array_equal(first.cluster_centers_, other.cluster_centers_)
+    assert torch.equal(torch.get_rng_state(), torch_state)
+    assert all(np.array_equal(a, b) for a, b in zip(np.random.get_state(), numpy_state))
+
+
+def test_fit_is_quiet_and_writes_nothing(tmp_path, monkeypatch, capfd) -> None:
+    monkeypatch.chdir(tmp_path)
+    X, _, _ = _blobs([30, 20, 10], seed=0)
+    OTClustering(3, **TINY, random_state=0).fit(X)
+    assert list(tmp_path.iterdir()) == []
+    out, err = capfd.readouterr()
+    assert out == "" and err == "", (out, err)
+
+
+def test_api_the_n_clusters_1_checks_would_test() -> None:
+    """What scikit-learn's checks that set n_clusters = 1 test, at K = 2."""
+    rng = np.random.RandomState(0)
+    X = 3 * rng.uniform(size=(20, 3))
+    model = OTClustering(2, **TINY, random_state=0)
+    before = dict(vars(model))
+    model.fit(X)
+    # check_dont_overwrite_parameters: fit adds only attributes ending in "_" (or private ones), changes none
+    added = set(vars(model)) - set(before)
+    assert all(name.endswith("_") or name.startswith("_") for name in added), added
+    assert {name: vars(model)[name] for name in before} == before
+    # check_methods_subset_invariance: a sample's cluster and embedding do not depend on its batch
+    for method in (model.predict, model.transform):
+        whole = method(X)
+        np.testing.assert_allclose(np.concatenate([method(X[:7]), method(X[7:])]), whole, rtol=1e-6)
+    # check_fit2d_predict1d
+    with pytest.raises(ValueError, match="2D array"):
+        model.predict(X[0])
+    # check_fit2d_1sample
+    with pytest.raises(ValueError, match="n_samples=1"):
+        clone(model).fit(X[:1])
+    # check_fit2d_1feature
+    assert clone(model).fit(X[:, :1]).labels_.shape == (20,)
+
+
+def test_images_uint8_count_as_pixels_over_255_and_both_layouts_agree() -> None:
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, size=(24, 8, 8, 3), dtype=np.uint8)  # (n, H, W, C)
+    settings = dict(n_clusters=2, latent_dim=4, max_epochs=2, kmeans_n_init=1, random_state=0)
+    mlp = OTClustering(**settings, hidden_dims=(16,)).fit(images[..., 0])  # (n, H, W)
+    mlp_float = OTClustering(**settings, hidden_dims=(16,)).fit(images[..., 0].astype(np.float32) / 255)
+    np.testing.assert_array_equal(mlp.cluster_centers_, mlp_float.cluster_centers_)
+    assert mlp.module_.autoencoder.input_shape == (1, 8, 8)
+    conv = OTClustering(**settings, autoencoder="conv").fit(images)  # channels-last, guessed
+    conv_first = OTClustering(**settings, autoencoder="conv").fit(images.transpose(0, 3, 1, 2))  # (n, C, H, W)
+    assert conv.module_.autoencoder.input_shape == (3, 8, 8)
+    np.testing.assert_array_equal(conv.cluster_centers_, conv_first.cluster_centers_)
+    np.testing.assert_array_equal(conv.transform(images), conv_first.transform(images.transpose(0, 3, 1, 2)))
+    with pytest.raises(ValueError, match="fitted on"):
+        conv.predict(images[:, :, :4])  # (n, 8, 4, 3): the same n_features_in_ (8), another shape
+
+
+def test_settings_are_checked_in_fit_with_their_names() -> None:
+    X, _, _ = _blobs([10, 10, 10], seed=0)
+    with pytest.raises(ValueError, match="proportions has 2 entries"):
+        OTClustering(3, proportions=[0.5, 0.5], **TINY).fit(X)
+    with pytest.raises(ValueError, match="clustering must be"):
+        OTClustering(3, clustering="dec", **TINY).fit(X)
+    with pytest.raises(ValueError, match="n_samples=30 should be >= n_clusters=40"):
+        OTClustering(40, **TINY).fit(X)
+
+
+def test_import_stays_light_and_exports_the_estimator() -> None:
+    import lit_otclust
+    import lit_otclust.estimator
+
+    assert lit_otclust.OTClustering is lit_otclust.estimator.OTClustering and "OTClustering" in lit_otclust.__all__
+    # In a fresh process (this one imported torch long ago): the package alone does not load torch.
+    code = "import sys, lit_otclust; print(sorted({'torch', 'lightning', 'sklearn'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+# ---- the command line on an array of features ------------------------------------------------------------------
+
+
+def _cli_fit_then_predict(npz: Path, root: Path, extra: list[str]) -> np.ndarray:
+    """``fit`` then ``predict`` of the command line (in this process), the clusters of predictions.csv in order."""
+    from lit_otclust.cli import main
+
+    common = ["--seed_everything", "0", "--data", "lit_otclust.data.ArrayDataModule", "--data.path", str(npz),
+              "--data.num_classes", "3", "--data.batch_size", "40", "--model.autoencoder",
+              "lit_otclust.models.MLPAutoencoder", "--model.autoencoder.init_args.hidden_dims", "[16]",
+              "--model.autoencoder.init_args.latent_dim", "4", "--model.clustering_weight", "0.1",
+              "--model.sinkhorn_solver", "fixed", "--phases.kmeans_n_init", "1", "--trainer.default_root_dir",
+              str(root), "--trainer.logger", "false", "--trainer.enable_progress_bar", "false", *extra]
+    main(["fit", *common, "--trainer.max_epochs", "3"])
+    main(["predict", *common, "--ckpt_path", str(root / "checkpoints" / "last.ckpt")])
+    with open(root / "predictions.csv") as fh:
+        rows = sorted(csv.DictReader(fh), key=lambda row: int(row["index"]))
+    return np.array([int(row["cluster"]) for row in rows])
+
+
+@pytest.mark.slow
+def test_cli_clusters_an_npz_of_features_as_the_estimator_does(tmp_path) -> None:
+    """``python -m lit_otclust fit --data lit_otclust.data.ArrayDataModule --data.path features.npz``: the MLP
+    autoencoder takes input_shape (d,) from the file, and at the same seed the clusters equal the estimator's."""
+    X, _, _ = _blobs([50, 40, 30], seed=0, features=5)
+    np.savez(tmp_path / "features.npz", x=X.astype(np.float32))
+    clusters = _cli_fit_then_predict(tmp_path / "features.npz", tmp_path / "run",
+                                     ["--figures.final", "false", "--figures.every_n_epochs", "0"])
+    model = OTClustering(3, hidden_dims=(16,), latent_dim=4, max_epochs=3, batch_size=40, kmeans_n_init=1,
+                         random_state=0).fit(X.astype(np.float32))
+    assert model.module_.autoencoder.input_shape == (5,)
+    np.testing.assert_array_equal(clusters, model.labels_)
+    checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=False)
+    np.testing.assert_array_equal(checkpoint["state_dict"]["centers"].numpy(), model.cluster_centers_)
+
+
+@pytest.mark.slow
+def test_cli_on_features_draws_its_pictures(tmp_path) -> None:
+    X, _, _ = _blobs([50, 40, 30], seed=0, features=5)
+    np.savez(tmp_path / "features.npz", x=X.astype(np.float32))
+    _cli_fit_then_predict(tmp_path / "features.npz", tmp_path / "run", [])
+    assert (tmp_path / "run" / "figures" / "embedding_final.png").is_file()
