@@ -9,6 +9,7 @@ its chunks joined, a serialized ``wandb_internal_pb2.Record``.
 from __future__ import annotations
 
 import struct
+import time
 from pathlib import Path
 
 from wandb.proto import wandb_internal_pb2
@@ -43,6 +44,13 @@ def read_records(path: str | Path) -> list[wandb_internal_pb2.Record]:
     return records
 
 
-def run_records(path: str | Path) -> list:
-    """The ``RunRecord``s of a run file (the first at init; later ones update it), in order."""
-    return [r.run for r in read_records(path) if r.WhichOneof("record_type") == "run"]
+def wait_for_exit(path: str | Path, timeout: float = 300.0) -> list[wandb_internal_pb2.Record]:
+    """The records of a run file once it holds the run's ``exit`` record. W&B's service writes the file in its own
+    process, which can still be flushing after the fit's process ended (seen on a loaded machine)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        records = read_records(path) if Path(path).is_file() else []
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+            return records
+        time.sleep(1.0)
+

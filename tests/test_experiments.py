@@ -659,7 +659,7 @@ def test_a_studys_fits_are_wandb_runs_grouped_by_study_column_and_seed(data_dir,
     """With W&B on, each fit of a study is an offline run whose file (read back, not the logger's arguments) names the
     study as its group, the column (config and grid point) as its job type, its seed and grid settings as tags, and
     carries the study file in its config; ``sync --dry-run`` names every offline run."""
-    from _wandb_log import read_records, run_records
+    from _wandb_log import wait_for_exit
 
     monkeypatch.chdir(REPO)
     study_file = tmp_path / "tiny_study.yaml"
@@ -671,11 +671,12 @@ def test_a_studys_fits_are_wandb_runs_grouped_by_study_column_and_seed(data_dir,
     (run,) = study.runs
     (offline,) = studies.offline_wandb_runs(study)
     (run_file,) = offline.glob("run-*.wandb")
-    first, *updates = run_records(run_file)
+    records = wait_for_exit(run_file)
+    first, *updates = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     assert (first.run_group, first.job_type, first.display_name) == ("tiny_study", "smoke__epsilon=0.05", run.name)
     tags = set(first.tags).union(*(u.tags for u in updates))
     assert {"seed=0", "epsilon=0.05", "ot_p", "MNISTDataModule"} <= tags
-    config = {item.key: json.loads(item.value_json) for r in read_records(run_file)
+    config = {item.key: json.loads(item.value_json) for r in records
               if r.WhichOneof("record_type") == "config" for item in r.config.update}
     config.update({item.key: json.loads(item.value_json) for item in first.config.update})
     assert config["study"] == spec and config["model"]["epsilon"] == 0.05

@@ -123,6 +123,7 @@ def test_a_disabled_wandb_run_prints_no_wandb_line(tmp_path, monkeypatch):
     from lit_otclust.callbacks import RunSummary
 
     monkeypatch.setenv("WANDB_MODE", "disabled")
+    wandb.finish()  # a run an earlier test left open would be reused by the logger
     logger = WandbLogger(save_dir=str(tmp_path))
     assert logger.experiment is not None  # the disabled run exists
     trainer = SimpleNamespace(loggers=[logger], checkpoint_callbacks=[], callbacks=[], default_root_dir=str(tmp_path))
