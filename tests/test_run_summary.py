@@ -114,7 +114,7 @@ def test_a_run_stopped_by_sigterm_prints_how_to_resume_and_the_resumed_run_keeps
     assert _scores(printed["last val/acc"])[3] == 2
 
 
-def test_a_disabled_wandb_run_prints_no_wandb_line(tmp_path, monkeypatch):
+def test_a_disabled_wandb_run_prints_no_wandb_line(tmp_path):
     """WANDB_MODE=disabled gives a run object without a page: the summary names no W&B run (it printed 'None')."""
     from types import SimpleNamespace
 
@@ -122,9 +122,9 @@ def test_a_disabled_wandb_run_prints_no_wandb_line(tmp_path, monkeypatch):
 
     from lit_otclust.callbacks import RunSummary
 
-    monkeypatch.setenv("WANDB_MODE", "disabled")
     wandb.finish()  # a run an earlier test left open would be reused by the logger
-    logger = WandbLogger(save_dir=str(tmp_path))
+    # The mode as an argument: W&B's service, started by an earlier test, ignores a later WANDB_MODE.
+    logger = WandbLogger(save_dir=str(tmp_path), mode="disabled")
     assert logger.experiment is not None  # the disabled run exists
     trainer = SimpleNamespace(loggers=[logger], checkpoint_callbacks=[], callbacks=[], default_root_dir=str(tmp_path))
     lines = dict(RunSummary(None, "python -m lit_otclust")._fit_lines(trainer))
