@@ -28,9 +28,9 @@ import sys
 from lit_otclust.reports import (IMBALANCED_METHODS, IMBALANCED_PAIRS, IMBALANCED_SETS,  # noqa: F401
                                  _grid_markdown, _grid_points, _grid_runs, confused, confusion_report, figures,
                                  imbalanced_report, proxy_check, report, report_folder)
-from lit_otclust.stats import (BASELINES, COMPARISONS, DKM_FORM, METHODS, OTHER_METRICS, PAPER, PAPER_P,  # noqa: F401
-                               PAPER_RUNS, _select, _tags, claims, compare, compare_table, load, paired_power,
-                               paper_pvalues, table)
+from lit_otclust.stats import (BASELINES, COMPARISONS, DKM_FORM, METHODS, NAMES, OTHER_METRICS, PAPER,  # noqa: F401
+                               PAPER_P, PAPER_RUNS, SETTINGS, _select, _tags, claims, compare, compare_table, load,
+                               paired_power, paper_pvalues, table, table1)
 from lit_otclust.studies import (CURVE_KEYS, Study, dry_run, load_study, read_confusions, read_curves,  # noqa: F401
                                  run_local, run_named, submit_slurm, sync_wandb)
 

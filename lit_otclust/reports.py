@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from lit_otclust.stats import BASELINES, _select, _tags, compare, compare_table, load, table
+from lit_otclust.stats import BASELINES, _select, _tags, compare, compare_table, load, table, table1
 from lit_otclust.studies import Study
 
 
@@ -219,7 +219,8 @@ def proxy_check(records: str, at: int = 39, proxy: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-_REPORT_KEYS = {"key", "baselines", "grid_key", "grid_default", "confusion", "proxy_check", "compare", "imbalanced"}
+_REPORT_KEYS = {"key", "baselines", "grid_key", "grid_default", "table1", "confusion", "proxy_check", "compare",
+                "imbalanced"}
 
 
 def report_folder(out: str | Path, key: str = "val/acc", baselines: str | None = BASELINES,
@@ -244,6 +245,7 @@ def report(study: Study) -> list[Path]:
 
     - ``key`` (``val/acc``), ``baselines`` (:data:`BASELINES`; null: none), ``grid_key``, ``grid_default``: for
       :func:`report_folder`;
+    - ``table1``: ``{file, dataset}``, Table 1 of ``out`` by row group, the shipped configs first (:func:`table1`);
     - ``confusion``: a list of ``{file, methods, epochs[, share]}``, each a :func:`confusion_report`;
     - ``proxy_check``: ``{file[, at, proxy]}``, a :func:`proxy_check` of ``out``;
     - ``compare``: a list of ``{a, b[, key, epoch, key_b, against]}``, paired tests (:func:`compare`) in ``compare.md``;
@@ -263,6 +265,11 @@ def report(study: Study) -> list[Path]:
     for folder in with_records:
         written += report_folder(folder, key, options.get("baselines", BASELINES), options.get("grid_key"),
                                  options.get("grid_default"))
+    if "table1" in options:
+        spec = options["table1"]
+        path = study.out / spec["file"]
+        path.write_text(table1(study.out, spec["dataset"], baselines=options.get("baselines", BASELINES)))
+        written.append(path)
     for spec in options.get("confusion", []):
         path = study.out / spec["file"]
         path.write_text(confusion_report(load(study.out), spec["methods"], spec["epochs"], spec.get("share", 0.15),

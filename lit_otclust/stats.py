@@ -32,6 +32,19 @@ METHODS = ["kmeans", "ae_kmeans", "soft_kmeans", "soft_kmeans_dkm", "soft_kmeans
 COMPARISONS = [("ot", "soft_kmeans"), ("ot_p", "soft_kmeans_p"), ("ot_p", "ot"), ("soft_kmeans_p", "soft_kmeans"),
                ("ot", "soft_kmeans_dkm"), ("ot_p", "soft_kmeans_dkm_p")]
 BASELINES = "results/kmeans_raw"  # `python -m lit_otclust.baselines` records: k-means on raw pixels
+# Table 1's row groups: per data set, a label -> each column's grid tags as its records' names carry them (a column
+# not named: its runs without tags). The first group is what the shipped configs run (configs/<data>_<column>.yaml;
+# tests/test_experiments.py checks the two agree); MNIST's second, the configs before they shipped lambda = 0.1.
+_MNIST_SHIPPED = {"ot": "clustering_weight=0.1,sinkhorn_iters=10,sinkhorn_solver=fixed",
+                  "ot_p": "clustering_weight=0.1,sinkhorn_iters=10,sinkhorn_solver=fixed",
+                  **{m: "clustering_weight=0.1" for m in ("soft_kmeans", "soft_kmeans_p", "soft_kmeans_dkm",
+                                                          "soft_kmeans_dkm_p")}}
+SETTINGS = {"mnist": {"the shipped configs: lambda = 0.1, OT's fixed solve": _MNIST_SHIPPED,
+                      "the configs before: lambda = 1/300, OT solved to tolerance": {}},
+            "cifar10": {"the shipped configs: lambda = 1, OT solved to tolerance": {}}}
+NAMES = {"kmeans": "k-means on pixels", "ae_kmeans": "AE + k-means", "soft_kmeans": "soft k-means",
+         "soft_kmeans_dkm": "soft k-means, DKM's loss", "soft_kmeans_p": "soft k-means (p)",
+         "soft_kmeans_dkm_p": "soft k-means (p), DKM's loss", "ot": "OT", "ot_p": "OT (p)"}
 
 
 def _tags(grid: dict[str, str]) -> list[str]:
@@ -121,6 +134,58 @@ def _other_metrics(records: list[dict]) -> list[str]:
     return lines
 
 
+def _seed_ranges(seeds: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``0-2, 5``."""
+    spans: list[list[int]] = []
+    for s in sorted(seeds):
+        if spans and s == spans[-1][1] + 1:
+            spans[-1][1] = s
+        else:
+            spans.append([s, s])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def table1(out: str | Path, dataset: str, groups: dict[str, dict[str, str]] | None = None,
+           baselines: str | None = BASELINES) -> str:
+    """Markdown: Table 1 of one data set by row group (default :data:`SETTINGS`), each column of a group its runs'
+    seeds, mean (± std) and [min, max] of the final ``val/acc``, NMI, the smallest and largest cluster (fractions of
+    the images, means over seeds), beside the paper's mean (± std) [min, max] (:data:`PAPER`; the paper's soft
+    k-means is DKM's). A column without runs in ``out`` is left out; k-means on pixels comes from ``baselines``."""
+    groups = SETTINGS.get(dataset, {"": {}}) if groups is None else groups
+    records = [r for r in load(out) if r["dataset"] == dataset]
+
+    def paper(method: str) -> str:
+        pm, ps, pmin, pmax = PAPER.get(dataset, {}).get({d: s for s, d in DKM_FORM.items()}.get(method, method),
+                                                        (None,) * 4)
+        return "" if pm is None else f"{pm:.3f}" + (f" (± {ps:.3f}) [{pmin:.3f}, {pmax:.3f}]" if ps else "")
+
+    lines = [f"{dataset}: final `val/acc` over all the clustered images; NMI, smallest and largest cluster: means over "
+             "seeds. The paper: 50 runs of 200 epochs.", "",
+             "| column | settings | seeds | ours: mean (± std) | [min, max] | NMI | smallest / largest cluster | "
+             "paper: mean (± std) [min, max] |", "|---|---|---|---|---|---|---|---|"]
+    pixels = [json.loads(p.read_text())["acc"] for p in sorted(Path(baselines).glob(f"{dataset}*.json"))] \
+        if baselines and Path(baselines).is_dir() else []
+    if pixels:
+        lines.append(f"| {NAMES['kmeans']} | | | {np.mean(pixels):.3f} | | | | {paper('kmeans')} |")
+    shown: set[tuple] = set()
+    for label, tags in groups.items():
+        if label:
+            lines.append(f"| **{label}** | | | | | | | |")
+        for method in METHODS[1:]:
+            want = sorted(t for t in tags.get(method, "").split(",") if t)
+            runs = [r for r in records if r["method"] == method and sorted(_tags(r["grid"])) == want]
+            if not runs or (method, tuple(want)) in shown:  # AE + k-means: one row, whatever lambda the others
+                continue
+            shown.add((method, tuple(want)))
+            acc = np.array([r["final"]["val/acc"] for r in runs])
+            std = f" (± {acc.std(ddof=1):.3f})" if len(acc) > 1 else ""
+            mean = {k: np.mean([r["final"].get(k, np.nan) for r in runs]) for k in ("val/nmi", "val/size_min", "val/size_max")}
+            lines.append(f"| {NAMES[method]} | {', '.join(want)} | {_seed_ranges([r['seed'] for r in runs])} | "
+                         f"{acc.mean():.3f}{std} | [{acc.min():.3f}, {acc.max():.3f}] | {mean['val/nmi']:.3f} | "
+                         f"{mean['val/size_min']:.3f} / {mean['val/size_max']:.3f} | {paper(method)} |")
+    return "\n".join(lines) + "\n"
+
+
 def _select(spec: str) -> list[dict]:
     """Runs named by ``DIR:CONFIG[:key=value,...]`` (grid tags as in run names; none: the runs without a grid)."""
     folder, _, rest = spec.partition(":")
@@ -179,7 +244,7 @@ def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_
     diff = np.array([runs_a[s] - runs_b[s] for s in seeds])
     paired = stats.ttest_rel([runs_a[s] for s in seeds], [runs_b[s] for s in seeds]) if len(seeds) > 1 else None
     ci = paired.confidence_interval(0.95) if paired is not None else (np.nan, np.nan)
-    out = {"n_paired": len(seeds), "n_a": len(runs_a), "n_b": len(runs_b),
+    out = {"n_paired": len(seeds), "seeds": seeds, "n_a": len(runs_a), "n_b": len(runs_b),
            "mean_a": float(np.mean(list(runs_a.values()))), "mean_b": float(np.mean(list(runs_b.values()))),
            "paired_diff": float(diff.mean()) if len(diff) else np.nan,
            "paired_sd": float(diff.std(ddof=1)) if len(diff) > 1 else np.nan,
@@ -276,28 +341,34 @@ def paper_pvalues(runs: int = PAPER_RUNS, rounding: float = 0.0005) -> list[dict
     return rows
 
 
-def claims(folders: dict[str, str | Path] | None = None) -> str:
+def claims(folders: dict[str, str | Path] | None = None, settings: dict[str, dict[str, dict[str, str]]] | None = None) -> str:
     """Markdown: each comparison the paper reports a p-value for, its p as printed and as recomputed from its Table 1
     (:func:`paper_pvalues`), beside ours, paired by seed (:func:`compare`) in ``folders`` (data set -> folder of
-    records; default: the 200-epoch MNIST protocol and the 100-epoch CIFAR-10 runs). Where DKM's form of soft k-means
-    has records in the same folder (:data:`DKM_FORM`), OT against it follows OT against the soft-min form, with the
-    paper's numbers of its soft k-means (DKM); without records, no row. A comparison without runs says so."""
+    records; default: the 200-epoch MNIST protocol and the 100-epoch CIFAR-10 runs), one row per row group of
+    ``settings`` (default :data:`SETTINGS`: the shipped configs first). Where DKM's form of soft k-means has records
+    (:data:`DKM_FORM`), OT against it follows OT against the soft-min form, with the paper's numbers of its soft
+    k-means (DKM); without records, no row. A comparison without runs says so."""
     folders = folders or {"mnist": "results/protocol", "cifar10": "results/cifar10_long"}
+    settings = SETTINGS if settings is None else settings
     lines = [("The paper's Welch t-tests (50 runs a column) recomputed from its Table 1 with "
               "`scipy.stats.ttest_ind_from_stats(equal_var=False)`; in brackets, the least and largest p over every "
-              "mean and std within 0.0005 of the printed value. Ours: paired by seed (`experiments.compare`)."), "",
+              "mean and std within 0.0005 of the printed value. Ours: paired by seed (`experiments.compare`), at "
+              "each row group's settings (blank paper cells: as the row above)."), "",
              ("| data | a | b | paper: a - b | paper's p | t | p, two-sided [range] | p, one-sided a > b [range] | "
-              "ours: folder | pairs | ours: a - b ± sd | paired p |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "ours: settings | folder | pairs (seeds) | ours: a - b ± sd [95% CI] | paired p |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
-    def ours(folder: str | Path, a: str, b: str, dataset: str) -> str:
+    def ours(folder: str | Path, a: str, b: str, dataset: str, tags: dict[str, str]) -> str:
         try:
-            c = compare(f"{folder}:{dataset}_{a}", f"{folder}:{dataset}_{b}", quiet=True)
+            c = compare(f"{folder}:{dataset}_{a}:{tags.get(a, '')}", f"{folder}:{dataset}_{b}:{tags.get(b, '')}",
+                        quiet=True)
         except ValueError:
             return f"`{folder}` | 0 | no runs | |"
+        seeds = f"{c['n_paired']} ({_seed_ranges(c['seeds'])})"
         if c["n_paired"] < 2:  # one seed a side: a difference, no spread and no test
-            return f"`{folder}` | {c['n_paired']} | {c['paired_diff']:+.3f} | — |"
-        return f"`{folder}` | {c['n_paired']} | {c['paired_diff']:+.3f} ± {c['paired_sd']:.3f} | {c['paired_p']:.2g} |"
+            return f"`{folder}` | {seeds} | {c['paired_diff']:+.3f} | — |"
+        return (f"`{folder}` | {seeds} | {c['paired_diff']:+.3f} ± {c['paired_sd']:.3f} "
+                f"[{c['paired_ci_low']:+.3f}, {c['paired_ci_high']:+.3f}] | {c['paired_p']:.2g} |")
 
     for row in paper_pvalues():
         ds, a, b = row["dataset"], row["a"], row["b"]
@@ -305,8 +376,11 @@ def claims(folders: dict[str, str | Path] | None = None) -> str:
                  f"[{row['p_two_range'][0]:.2g}, {row['p_two_range'][1]:.2g}] | {row['p_one']:.2g} "
                  f"[{row['p_one_range'][0]:.2g}, {row['p_one_range'][1]:.2g}]")
         folder = folders.get(ds)
-        lines.append(f"| {ds} | {a} | {b} | {paper} | " + (ours(folder, a, b, ds) if folder else "| | | |"))
         dkm = DKM_FORM.get(b)
-        if folder and dkm and a.startswith("ot") and any(Path(folder).glob(f"{ds}_{dkm}__*.json")):
-            lines.append(f"| {ds} | {a} | {dkm} (DKM's form) | {paper} | " + ours(folder, a, dkm, ds))
+        with_dkm = bool(folder and dkm and a.startswith("ot") and any(Path(folder).glob(f"{ds}_{dkm}__*.json")))
+        for other, name in [(b, b)] + ([(dkm, f"{dkm} (DKM's form)")] if with_dkm else []):
+            for i, (label, tags) in enumerate(settings.get(ds, {"": {}}).items()):
+                cells = paper if i == 0 else " | | | |"
+                lines.append(f"| {ds} | {a} | {name} | {cells} | {label.split(':')[0]} | "
+                             + (ours(folder, a, other, ds, tags) if folder else "| | | |"))
     return "\n".join(lines) + "\n"

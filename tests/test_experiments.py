@@ -488,23 +488,28 @@ def test_the_papers_pvalues_are_recomputed_from_its_table_1():
 
 
 def test_claims_and_table_carry_dkms_form_only_where_it_has_records(tmp_path):
-    """The claims table pairs ours by seed beside the paper's recomputed tests; OT against DKM's form of soft k-means
-    gets a row once that form has records, and Table 1 puts that form beside soft k-means with the paper's DKM."""
+    """The claims table pairs ours by seed beside the paper's recomputed tests, one row per settings group; OT against
+    DKM's form of soft k-means gets a row once that form has records, and Table 1 puts that form beside soft k-means
+    with the paper's DKM."""
     ot, skm, dkm = [0.80, 0.85, 0.90], [0.70, 0.72, 0.95], [0.75, 0.70, 0.81]
     write_runs(tmp_path, {"ot": ot, "soft_kmeans": skm})
-    text = experiments.claims({"mnist": tmp_path})
-    main = next(line for line in text.splitlines() if line.startswith("| mnist | ot | soft_kmeans |"))
-    assert f"| 3 | {np.mean(np.subtract(ot, skm)):+.3f} ± {np.std(np.subtract(ot, skm), ddof=1):.3f} | " \
-           f"{stats.ttest_rel(ot, skm).pvalue:.2g} |" in main
-    assert "| 8.2e-09 [" in main and "| 1e-12 |" in main
+    groups = {"mnist": {"shipped: tagged": {"ot": "clustering_weight=0.1"}, "before: untagged": {}}}
+    text = experiments.claims({"mnist": tmp_path}, groups)
+    shipped, before = [line for line in text.splitlines() if line.startswith("| mnist | ot | soft_kmeans |")]
+    diff = np.subtract(ot, skm)
+    ci = stats.ttest_rel(ot, skm).confidence_interval(0.95)
+    assert f"| before | `{tmp_path}` | 3 (0-2) | {diff.mean():+.3f} ± {diff.std(ddof=1):.3f} " \
+           f"[{ci.low:+.3f}, {ci.high:+.3f}] | {stats.ttest_rel(ot, skm).pvalue:.2g} |" in before
+    assert "| 8.2e-09 [" in shipped and "| 1e-12 |" in shipped and "8.2e-09" not in before
+    assert "| shipped | " in shipped and shipped.endswith("| 0 | no runs | |")  # no OT run at lambda = 0.1
     assert "| mnist | ot_p | soft_kmeans_p |" in text and "| 0 | no runs |" in text
     assert "DKM" not in text.split("\n\n", 1)[1] and "cifar10 | ot | soft_kmeans |" in text
     write_runs(tmp_path, {"soft_kmeans_dkm": dkm[:1]})  # one seed: its difference, no test
-    assert "| soft_kmeans_dkm (DKM's form) | +0.041 | 1e-12 |" in experiments.claims({"mnist": tmp_path})
-    assert f"| 1 | {ot[0] - dkm[0]:+.3f} | — |" in experiments.claims({"mnist": tmp_path})
+    assert "| soft_kmeans_dkm (DKM's form) | +0.041 | 1e-12 |" in experiments.claims({"mnist": tmp_path}, groups)
+    assert f"| 1 (0) | {ot[0] - dkm[0]:+.3f} | — |" in experiments.claims({"mnist": tmp_path}, groups)
     write_runs(tmp_path, {"soft_kmeans_dkm": dkm})
-    text = experiments.claims({"mnist": tmp_path})
-    row = next(line for line in text.splitlines() if "soft_kmeans_dkm (DKM's form)" in line)
+    text = experiments.claims({"mnist": tmp_path}, groups)
+    row = [line for line in text.splitlines() if "soft_kmeans_dkm (DKM's form)" in line][-1]
     assert row.startswith("| mnist | ot |") and f"{stats.ttest_rel(ot, dkm).pvalue:.2g} |" in row
     assert "soft_kmeans_dkm_p" not in text  # no records of the pre-trained form: no row
     table = experiments.table(str(tmp_path), baselines=None)
@@ -513,6 +518,47 @@ def test_claims_and_table_carry_dkms_form_only_where_it_has_records(tmp_path):
     assert rows[1].endswith("| 0.810 (± 0.033) | [0.677, 0.883] |")
     assert f"| ot | soft_kmeans_dkm | {np.mean(ot) - np.mean(dkm):+.3f} | " \
            f"{stats.ttest_ind(ot, dkm, equal_var=False).pvalue:.3g} |" in table
+
+
+def test_table_1_puts_each_column_in_the_row_group_of_its_settings(tmp_path):
+    """table1: a column's runs sit in the group whose tags they carry, with their seeds, mean, std and range (numpy)
+    and the paper's numbers; a column shown once is not repeated in a later group; a group without runs is a header."""
+    write_runs(tmp_path, {"ot": [0.80, 0.84, 0.90], "ae_kmeans": [0.7, 0.8]})
+    tagged = json.loads((tmp_path / "mnist_ot__seed=2.json").read_text())
+    tagged.update(name="mnist_ot__clustering_weight=0.1__seed=7", seed=7, grid={"model.clustering_weight": "0.1"})
+    (tmp_path / f"{tagged['name']}.json").write_text(json.dumps(tagged))
+    groups = {"shipped": {"ot": "clustering_weight=0.1"}, "before": {}}
+    text = experiments.table1(tmp_path, "mnist", groups, baselines=None)
+    lines = text.splitlines()
+    shipped, before = lines.index("| **shipped** | | | | | | | |"), lines.index("| **before** | | | | | | | |")
+    ot_rows = [i for i, line in enumerate(lines) if line.startswith("| OT |")]
+    assert len(ot_rows) == 2 and shipped < ot_rows[0] < before < ot_rows[1]
+    assert lines[ot_rows[0]].startswith("| OT | clustering_weight=0.1 | 7 | 0.900 | [0.900, 0.900] |")
+    acc = np.array([0.80, 0.84, 0.90])
+    assert lines[ot_rows[1]].startswith(f"| OT |  | 0-2 | {acc.mean():.3f} (± {acc.std(ddof=1):.3f}) | [0.800, 0.900] |")
+    assert lines[ot_rows[1]].endswith("| 0.851 (± 0.032) [0.771, 0.932] |")
+    assert sum(line.startswith("| AE + k-means |") for line in lines) == 1  # untagged in both groups: shown once
+    assert experiments.table1(tmp_path, "mnist", {"empty": {"ot": "epsilon=9"}}, baselines=None).count("| OT |") == 0
+
+
+def test_the_shipped_settings_are_what_the_shipped_configs_set():
+    """SETTINGS' first group names, per column, the settings its configs/<data>_<column>.yaml sets (so a record
+    named by them is a run of the shipped config); the configs before are their untagged runs."""
+    for dataset, groups in experiments.SETTINGS.items():
+        shipped = next(iter(groups.values()))
+        for method in experiments.METHODS[1:]:
+            path = REPO / "configs" / f"{dataset}_{method}.yaml"
+            if not path.exists():
+                continue
+            model = yaml.safe_load(path.read_text())["model"]
+            for tag in filter(None, shipped.get(method, "").split(",")):
+                key, value = tag.split("=")
+                assert str(model.get(key)) == value, (path.name, key)
+        if dataset == "mnist":
+            assert str(yaml.safe_load((REPO / "configs" / "mnist_ot.yaml").read_text())["model"]["clustering_weight"]) \
+                == "0.1"
+    assert set(experiments.SETTINGS["mnist"]["the shipped configs: lambda = 0.1, OT's fixed solve"]) \
+        == set(experiments.METHODS[2:])
 
 
 def test_the_power_of_the_paired_test_matches_its_limits_and_a_simulation():
