@@ -179,7 +179,8 @@ def table1(out: str | Path, dataset: str, groups: dict[str, dict[str, str]] | No
             shown.add((method, tuple(want)))
             acc = np.array([r["final"]["val/acc"] for r in runs])
             std = f" (± {acc.std(ddof=1):.3f})" if len(acc) > 1 else ""
-            mean = {k: np.mean([r["final"].get(k, np.nan) for r in runs]) for k in ("val/nmi", "val/size_min", "val/size_max")}
+            mean = {k: np.mean([r["final"].get(k, np.nan) for r in runs])
+                    for k in ("val/nmi", "val/size_min", "val/size_max")}
             lines.append(f"| {NAMES[method]} | {', '.join(want)} | {_seed_ranges([r['seed'] for r in runs])} | "
                          f"{acc.mean():.3f}{std} | [{acc.min():.3f}, {acc.max():.3f}] | {mean['val/nmi']:.3f} | "
                          f"{mean['val/size_min']:.3f} / {mean['val/size_max']:.3f} | {paper(method)} |")
@@ -341,7 +342,8 @@ def paper_pvalues(runs: int = PAPER_RUNS, rounding: float = 0.0005) -> list[dict
     return rows
 
 
-def claims(folders: dict[str, str | Path] | None = None, settings: dict[str, dict[str, dict[str, str]]] | None = None) -> str:
+def claims(folders: dict[str, str | Path] | None = None,
+           settings: dict[str, dict[str, dict[str, str]]] | None = None) -> str:
     """Markdown: each comparison the paper reports a p-value for, its p as printed and as recomputed from its Table 1
     (:func:`paper_pvalues`), beside ours, paired by seed (:func:`compare`) in ``folders`` (data set -> folder of
     records; default: the 200-epoch MNIST protocol and the 100-epoch CIFAR-10 runs), one row per row group of
