@@ -147,14 +147,18 @@ def confused(table: dict, share: float) -> tuple[float, list[str]]:
 
 
 def confusion_report(records: list[dict], methods: list[str], epochs: list[int], share: float = 0.15,
-                     source: str = "") -> str:
+                     source: str = "", tags: dict[str, str] | None = None) -> str:
     """Which classes merge or split over training: per seed, method and epoch of the confusion counts the records
     keep (``record["confusion"]``), the accuracy and every class b of which at least ``share`` of the images sit in
-    the cluster matched to another class a, as ``b>a 45%``. Runs with grid settings are left out."""
+    the cluster matched to another class a, as ``b>a 45%``. Of each method, the runs with the grid settings
+    ``tags[method]`` names (``key=value,...`` as in run names); without, the runs without grid settings."""
+    tags = tags or {}
     runs: dict[int, dict[str, dict]] = defaultdict(dict)  # seed -> method -> record
     for record in records:
-        if record.get("confusion") and not record["grid"] and record["method"] in methods:
-            runs[record["seed"]][record["method"]] = record
+        method = record["method"]
+        want = sorted(t for t in tags.get(method, "").split(",") if t)
+        if record.get("confusion") and method in methods and sorted(_tags(record["grid"])) == want:
+            runs[record["seed"]][method] = record
     lines = [f"Output of `{source}`: for each class b with at least {share:.0%} of its images in the cluster matched "
              "to another class a, `b>a share` (`-`: a cluster matched to no class). Accuracy is the Hungarian "
              "accuracy of the same counts.", "",
@@ -246,7 +250,7 @@ def report(study: Study) -> list[Path]:
     - ``key`` (``val/acc``), ``baselines`` (:data:`BASELINES`; null: none), ``grid_key``, ``grid_default``: for
       :func:`report_folder`;
     - ``table1``: ``{file, dataset}``, Table 1 of ``out`` by row group, the shipped configs first (:func:`table1`);
-    - ``confusion``: a list of ``{file, methods, epochs[, share]}``, each a :func:`confusion_report`;
+    - ``confusion``: a list of ``{file, methods, epochs[, share, tags]}``, each a :func:`confusion_report`;
     - ``proxy_check``: ``{file[, at, proxy]}``, a :func:`proxy_check` of ``out``;
     - ``compare``: a list of ``{a, b[, key, epoch, key_b, against]}``, paired tests (:func:`compare`) in ``compare.md``;
     - ``imbalanced``: ``{balanced: FOLDER}``, the ``report.md`` and figure (:func:`imbalanced_report`).
@@ -273,7 +277,7 @@ def report(study: Study) -> list[Path]:
     for spec in options.get("confusion", []):
         path = study.out / spec["file"]
         path.write_text(confusion_report(load(study.out), spec["methods"], spec["epochs"], spec.get("share", 0.15),
-                                         source))
+                                         source, spec.get("tags")))
         written.append(path)
     if "proxy_check" in options:
         spec = options["proxy_check"]
