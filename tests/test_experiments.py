@@ -7,7 +7,9 @@ import fcntl
 import json
 import math
 import os
+import re
 import shlex
+import shutil
 import signal
 import stat
 import subprocess
@@ -633,6 +635,12 @@ def test_the_confusion_report_names_the_classes_a_cluster_mixes():
     record = {"seed": 0, "method": "ot", "grid": {}, "confusion": {"9": counts}}
     text = experiments.confusion_report([record], ["ot"], [9, 19], share=0.15, source="test")
     assert "| 0 | ot | 0.850: 1>0 30% | — |" in text
+    # A grid point's runs, named by their tags: only they, and only when asked for.
+    tagged = {**record, "seed": 1, "grid": {"model.clustering_weight": "0.1"},
+              "confusion": {"9": {"counts": [[100, 0], [0, 100]], "matched_class": [0, 1]}}}
+    assert "| 1 |" not in experiments.confusion_report([record, tagged], ["ot"], [9], source="test")
+    text = experiments.confusion_report([record, tagged], ["ot"], [9], source="test", tags={"ot": "clustering_weight=0.1"})
+    assert "| 1 | ot | 1.000: clean |" in text and "| 0 |" not in text
 
 
 @pytest.mark.slow
@@ -658,6 +666,34 @@ def test_the_committed_notebook_is_executed_current_and_small():
     text, images = shown(fresh)
     assert images >= 3 and any("| mnist | ot | soft_kmeans |" in t for t in text)
     assert shown(committed) == (text, images), "re-run `python scripts/execute_notebook.py` and commit the notebook"
+
+
+@pytest.mark.slow
+def test_report_regenerates_every_table_and_figure_results_md_cites(tmp_path, monkeypatch):
+    """Every table, text and figure RESULTS.md cites in a study's folder is what `report STUDY` writes, the tables
+    word for word as committed (a stale table, or one no report writes, fails); the files outside the studies'
+    folders (probe and script outputs, each naming its command) exist."""
+    text = (REPO / "RESULTS.md").read_text()
+    cited = set(re.findall(r"`(results/[^`\s]+\.(?:md|txt|png))`", text)) | set(re.findall(r"\((results/\S+\.png)\)", text))
+    assert "results/protocol/table1.md" in cited
+    shutil.copytree(REPO / "results", tmp_path / "results")
+    shutil.copytree(REPO / "configs", tmp_path / "configs")
+    monkeypatch.chdir(tmp_path)
+    by_folder = {}
+    for path in sorted(STUDIES.glob("*.yaml")):
+        study = experiments.load_study(f"configs/studies/{path.name}")
+        for folder in [study.out, *study.folders]:
+            by_folder.setdefault(str(folder), study)
+    in_studies = {c for c in cited if str(Path(c).parent) in by_folder}
+    for c in cited - in_studies:
+        assert (REPO / c).is_file(), c
+    written = set()
+    for study in {id(by_folder[str(Path(c).parent)]): by_folder[str(Path(c).parent)] for c in in_studies}.values():
+        written |= {str(p) for p in experiments.report(study)}
+    assert in_studies <= written, sorted(in_studies - written)
+    for c in sorted(in_studies):
+        if not c.endswith(".png"):
+            assert (tmp_path / c).read_text() == (REPO / c).read_text(), f"{c} is stale: rerun its study's report"
 
 
 def test_a_run_another_runner_holds_is_skipped_not_run_twice(tmp_path):
