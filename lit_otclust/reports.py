@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from lit_otclust.stats import BASELINES, _select, _tags, compare, compare_table, load, table, table1
+from lit_otclust.stats import BASELINES, _has_tags, _select, _tags, compare, compare_table, load, table, table1
 from lit_otclust.studies import Study
 
 
@@ -156,8 +156,7 @@ def confusion_report(records: list[dict], methods: list[str], epochs: list[int],
     runs: dict[int, dict[str, dict]] = defaultdict(dict)  # seed -> method -> record
     for record in records:
         method = record["method"]
-        want = sorted(t for t in tags.get(method, "").split(",") if t)
-        if record.get("confusion") and method in methods and sorted(_tags(record["grid"])) == want:
+        if record.get("confusion") and method in methods and _has_tags(record, tags.get(method, "")):
             runs[record["seed"]][method] = record
     lines = [f"Output of `{source}`: for each class b with at least {share:.0%} of its images in the cluster matched "
              "to another class a, `b>a share` (`-`: a cluster matched to no class). Accuracy is the Hungarian "

@@ -52,6 +52,24 @@ def _tags(grid: dict[str, str]) -> list[str]:
     return [f"{k.split('.')[-1]}={v}" for k, v in sorted(grid.items())]
 
 
+def _has_tags(record: dict, tags: str) -> bool:
+    """Whether a record's grid settings are exactly ``tags`` (``key=value,...`` as in run names; "": no grid)."""
+    return sorted(_tags(record["grid"])) == sorted(t for t in tags.split(",") if t)
+
+
+def _paper(dataset: str, method: str) -> tuple:
+    """The paper's (mean, std, min, max) of a Table 1 column (None each where it has none); DKM's form of soft
+    k-means is the paper's soft k-means."""
+    return PAPER.get(dataset, {}).get({d: s for s, d in DKM_FORM.items()}.get(method, method), (None,) * 4)
+
+
+def _pixel_kmeans(baselines: str | None) -> list[dict]:
+    """The ``python -m lit_otclust.baselines`` outputs in folder ``baselines`` (k-means on pixels), if any."""
+    if not baselines or not Path(baselines).is_dir():
+        return []
+    return [json.loads(p.read_text()) for p in sorted(Path(baselines).glob("*.json"))]
+
+
 def load(out: str | Path) -> list[dict]:
     """The run records in folder ``out``."""
     return [json.loads(p.read_text()) for p in sorted(Path(out).glob("*.json"))]
@@ -79,17 +97,14 @@ def table(out: str | Path, key: str = "val/acc", baselines: str | None = BASELIN
     every_run = set.intersection(*overrides) if overrides else set()
     fixed = sorted(every_run) + [f"{o} (some runs)" for o in sorted(set().union(*overrides) - every_run)]
     datasets = {r["dataset"] for r in records}
-    if baselines and Path(baselines).is_dir():
-        for p in sorted(Path(baselines).glob("*.json")):
-            b = json.loads(p.read_text())
-            if b["dataset"] in datasets or not records:
-                groups[(b["dataset"], "kmeans", "{}")].append(b["acc"])
+    for b in _pixel_kmeans(baselines):
+        if b["dataset"] in datasets or not records:
+            groups[(b["dataset"], "kmeans", "{}")].append(b["acc"])
     lines = ["| data | method | settings | runs | ours: mean (± std) | ours: [min, max] | paper: mean (± std) | paper: [min, max] |",
              "|---|---|---|---|---|---|---|---|"]
     for (ds, method, grid), accs in sorted(groups.items(), key=lambda kv: (kv[0][0], METHODS.index(kv[0][1]) if kv[0][1] in METHODS else 99, kv[0][2])):
         a = np.array(accs)
-        paper_name = {dkm: skm for skm, dkm in DKM_FORM.items()}.get(method, method)  # the paper's is DKM's
-        pm, ps, pmin, pmax = PAPER.get(ds, {}).get(paper_name, (None,) * 4)
+        pm, ps, pmin, pmax = _paper(ds, method)
         paper_mean = "" if pm is None else f"{pm:.3f}" + ("" if ps is None else f" (± {ps:.3f})")
         paper_range = "" if pmin is None else f"[{pmin:.3f}, {pmax:.3f}]"
         std = f" (± {a.std(ddof=1):.3f})" if len(a) > 1 else ""
@@ -155,16 +170,14 @@ def table1(out: str | Path, dataset: str, groups: dict[str, dict[str, str]] | No
     records = [r for r in load(out) if r["dataset"] == dataset]
 
     def paper(method: str) -> str:
-        pm, ps, pmin, pmax = PAPER.get(dataset, {}).get({d: s for s, d in DKM_FORM.items()}.get(method, method),
-                                                        (None,) * 4)
+        pm, ps, pmin, pmax = _paper(dataset, method)
         return "" if pm is None else f"{pm:.3f}" + (f" (± {ps:.3f}) [{pmin:.3f}, {pmax:.3f}]" if ps else "")
 
     lines = [f"{dataset}: final `val/acc` over all the clustered images; NMI, smallest and largest cluster: means over "
              "seeds. The paper: 50 runs of 200 epochs.", "",
              "| column | settings | seeds | ours: mean (± std) | [min, max] | NMI | smallest / largest cluster | "
              "paper: mean (± std) [min, max] |", "|---|---|---|---|---|---|---|---|"]
-    pixels = [json.loads(p.read_text())["acc"] for p in sorted(Path(baselines).glob(f"{dataset}*.json"))] \
-        if baselines and Path(baselines).is_dir() else []
+    pixels = [b["acc"] for b in _pixel_kmeans(baselines) if b["dataset"] == dataset]
     if pixels:
         lines.append(f"| {NAMES['kmeans']} | | | {np.mean(pixels):.3f} | | | | {paper('kmeans')} |")
     shown: set[tuple] = set()
@@ -172,16 +185,16 @@ def table1(out: str | Path, dataset: str, groups: dict[str, dict[str, str]] | No
         if label:
             lines.append(f"| **{label}** | | | | | | | |")
         for method in METHODS[1:]:
-            want = sorted(t for t in tags.get(method, "").split(",") if t)
-            runs = [r for r in records if r["method"] == method and sorted(_tags(r["grid"])) == want]
-            if not runs or (method, tuple(want)) in shown:  # AE + k-means: one row, whatever lambda the others
+            want = tags.get(method, "")
+            runs = [r for r in records if r["method"] == method and _has_tags(r, want)]
+            if not runs or (method, want) in shown:  # AE + k-means: one row, whatever lambda the others
                 continue
-            shown.add((method, tuple(want)))
+            shown.add((method, want))
             acc = np.array([r["final"]["val/acc"] for r in runs])
             std = f" (± {acc.std(ddof=1):.3f})" if len(acc) > 1 else ""
             mean = {k: np.mean([r["final"].get(k, np.nan) for r in runs])
                     for k in ("val/nmi", "val/size_min", "val/size_max")}
-            lines.append(f"| {NAMES[method]} | {', '.join(want)} | {_seed_ranges([r['seed'] for r in runs])} | "
+            lines.append(f"| {NAMES[method]} | {', '.join(_tags(runs[0]['grid']))} | {_seed_ranges([r['seed'] for r in runs])} | "
                          f"{acc.mean():.3f}{std} | [{acc.min():.3f}, {acc.max():.3f}] | {mean['val/nmi']:.3f} | "
                          f"{mean['val/size_min']:.3f} / {mean['val/size_max']:.3f} | {paper(method)} |")
     return "\n".join(lines) + "\n"
@@ -193,9 +206,9 @@ def _select(spec: str) -> list[dict]:
     config, _, tags = rest.partition(":")
     if not config:
         raise ValueError(f"{spec!r} must look like DIR:CONFIG[:key=value,...], e.g. results/study_recipe:mnist_ot")
-    want = sorted(t for t in tags.split(",") if t)
-    runs = [r for r in load(folder) if r["config"] == config and sorted(_tags(r["grid"])) == want]
+    runs = [r for r in load(folder) if r["config"] == config and _has_tags(r, tags)]
     if not runs:
+        want = sorted(t for t in tags.split(",") if t)
         raise ValueError(f"no runs of {config} with settings {want or 'none'} in {folder}")
     return runs
 
