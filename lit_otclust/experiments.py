@@ -77,7 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cifar10", default="results/cifar10_long", help="CIFAR-10's folder of records")
     args = parser.parse_args(argv)
     if args.command == "compare":
-        compare(args.a, args.b, args.key, args.epoch, args.key_b, args.against, seeds=args.seeds)
+        try:
+            compare(args.a, args.b, args.key, args.epoch, args.key_b, args.against, seeds=args.seeds)
+        except ValueError as err:  # no such runs, no seed in common, a missing epoch: the message, not a traceback
+            parser.error(str(err))
         return 0
     if args.command == "claims":
         print(claims({"mnist": args.mnist, "cifar10": args.cifar10}), end="")

@@ -255,6 +255,9 @@ def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_
     if not runs_a or not runs_b:
         raise ValueError(f"no runs of {a if not runs_a else b} on seeds {seeds}")
     seeds = sorted(set(runs_a) & set(runs_b))
+    if not seeds:  # nothing to pair: say which seeds each side has rather than print nan
+        raise ValueError(f"{a} (seeds {_seed_ranges(sorted(runs_a))}) and {b} (seeds {_seed_ranges(sorted(runs_b))}) "
+                         "share no seed")
     diff = np.array([runs_a[s] - runs_b[s] for s in seeds])
     paired = stats.ttest_rel([runs_a[s] for s in seeds], [runs_b[s] for s in seeds]) if len(seeds) > 1 else None
     ci = paired.confidence_interval(0.95) if paired is not None else (np.nan, np.nan)

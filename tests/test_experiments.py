@@ -423,6 +423,19 @@ def test_report_of_a_study_without_records_says_to_run_it(tmp_path, monkeypatch,
         in capsys.readouterr().err
 
 
+def test_compare_of_runs_on_disjoint_seeds_names_each_sides_seeds(tmp_path, capsys):
+    write_runs(tmp_path, {"ot": [0.80, 0.85, 0.90], "soft_kmeans": [0.70, 0.72, 0.95]})
+    for name in ["mnist_ot__seed=2", "mnist_soft_kmeans__seed=0", "mnist_soft_kmeans__seed=1"]:
+        (tmp_path / f"{name}.json").unlink()
+    with pytest.raises(ValueError, match=r"mnist_ot \(seeds 0-1\) and .*mnist_soft_kmeans \(seeds 2\) share no seed"):
+        experiments.compare(f"{tmp_path}:mnist_ot", f"{tmp_path}:mnist_soft_kmeans")
+    table = experiments.compare_table([{"a": f"{tmp_path}:mnist_ot", "b": f"{tmp_path}:mnist_soft_kmeans"}])
+    assert "share no seed" in table and "nan" not in table
+    with pytest.raises(SystemExit) as exit_:  # the command line: the message and status 2, not a traceback
+        experiments.main(["compare", "--a", f"{tmp_path}:mnist_ot", "--b", f"{tmp_path}:mnist_soft_kmeans"])
+    assert exit_.value.code == 2 and "share no seed" in capsys.readouterr().err
+
+
 def test_compare_pairs_runs_by_seed(tmp_path):
     write_runs(tmp_path, {"ot": [0.80, 0.85, 0.90], "soft_kmeans": [0.70, 0.72, 0.95]})
     out = experiments.compare(f"{tmp_path}:mnist_ot", f"{tmp_path}:mnist_soft_kmeans")
