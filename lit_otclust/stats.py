@@ -52,9 +52,14 @@ def _tags(grid: dict[str, str]) -> list[str]:
     return [f"{k.split('.')[-1]}={v}" for k, v in sorted(grid.items())]
 
 
+def _tag_list(tags: str) -> list[str]:
+    """``key=value,...`` as in run names, as a sorted list ("": none)."""
+    return sorted(t for t in tags.split(",") if t)
+
+
 def _has_tags(record: dict, tags: str) -> bool:
     """Whether a record's grid settings are exactly ``tags`` (``key=value,...`` as in run names; "": no grid)."""
-    return sorted(_tags(record["grid"])) == sorted(t for t in tags.split(",") if t)
+    return sorted(_tags(record["grid"])) == _tag_list(tags)
 
 
 def _paper(dataset: str, method: str) -> tuple:
@@ -208,8 +213,7 @@ def _select(spec: str) -> list[dict]:
         raise ValueError(f"{spec!r} must look like DIR:CONFIG[:key=value,...], e.g. results/study_recipe:mnist_ot")
     runs = [r for r in load(folder) if r["config"] == config and _has_tags(r, tags)]
     if not runs:
-        want = sorted(t for t in tags.split(",") if t)
-        raise ValueError(f"no runs of {config} with settings {want or 'none'} in {folder}")
+        raise ValueError(f"no runs of {config} with settings {_tag_list(tags) or 'none'} in {folder}")
     return runs
 
 
