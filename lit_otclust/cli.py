@@ -32,7 +32,6 @@ from typing import Literal
 
 import lightning as L
 import torch
-import yaml
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, ProgressBar, TQDMProgressBar
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
@@ -105,8 +104,8 @@ class RunConfig(SaveConfigCallback):
         config = json.loads(self.parser.dump(self.config, format="json", skip_none=False))
         config.pop("config", None)  # the paths of the config files, whose content is the rest
         study = (config.get("wandb") or {}).get("study")
-        if study and Path(study).is_file():  # a study's fit: the study file itself, beside the run's settings
-            config["study"] = yaml.safe_load(Path(study).read_text())
+        if study:  # a study's fit: the file's name only. Its `set` may name a value the grid replaced; the
+            config["study"] = study  # rest of this config is what ran
         tags = run_tags(config)
         for run in runs:
             run.config.update(config, allow_val_change=True)
@@ -150,7 +149,7 @@ class OTClusterCLI(LightningCLI):
         parser.add_argument("--wandb.tags", type=list[str], default=[],
                             help="W&B tags, beside the method and data set's (e.g. [seed=0,clustering_weight=0.1]).")
         parser.add_argument("--wandb.study", type=str | None, default=None,
-                            help="The study file this fit belongs to: its content joins the W&B run's config.")
+                            help="The study file this fit belongs to, named in the W&B run's config.")
         parser.link_arguments("data.num_classes", "model.num_clusters", apply_on="instantiate")
         parser.link_arguments("data.input_shape", "model.autoencoder.init_args.input_shape", apply_on="instantiate")
         parser.link_arguments("seed_everything", "phases.seed")
@@ -288,7 +287,7 @@ def quiet_third_party_notices() -> None:
     # cluster sizes are reduced by the system, and every rank counts the same unconverged solves of the one global
     # problem (DeepClustering._log_metrics, _log_sizes, on_train_epoch_end). Only their warnings are dropped.
     warnings.filterwarnings("ignore", message=r"It is recommended to use `self.log\('(train|val|heldout)/(acc|nmi|ari|"
-                            r"size_min|size_max|size_entropy|sinkhorn_unconverged)(_distance|_potential)?', \.\.\., "
+                            r"size_min|size_max|size_entropy|size_error|sinkhorn_unconverged)(_distance|_potential)?', \.\.\., "
                             r"sync_dist=True\)`")
     # rank_zero_info logs through this module attribute, which Lightning's import replaces with its own logger.
     rank_zero.log.addFilter(lambda record: not any(ad in record.getMessage() for ad in ("litlogger", "litmodels")))

@@ -115,8 +115,20 @@ def _ari(contingency: Tensor) -> Tensor:
     return 2.0 * (tp * tn - fn * fp) / ((tp + fn) * (fn + tn) + (tp + fp) * (fp + tn))
 
 
+def _size_error(counts: Tensor, matching: Tensor) -> Tensor:
+    """max_k |n_k / N - n_{sigma(k)} / N|: how far each cluster's share lies from its matched class's share.
+
+    ``counts`` (K, C) float64, ``matching`` (K,), -1 for an unmatched cluster, whose whole share counts as error
+    (it has no class). The classes' shares are those of the labelled samples, the true w where the data was drawn
+    with known proportions."""
+    total = counts.sum()
+    cluster_share, class_share = counts.sum(1) / total, counts.sum(0) / total
+    target = torch.where(matching >= 0, class_share[matching.clamp_min(0)], torch.zeros_like(cluster_share))
+    return (cluster_share - target).abs().max()
+
+
 def _compute(contingency: Tensor) -> dict[str, Tensor]:
-    """Accuracy, NMI, ARI and the matching from a (K, C) contingency table."""
+    """Accuracy, NMI, ARI, the size error (:func:`_size_error`) and the matching from a (K, C) contingency table."""
     matching = match_clusters(contingency)  # (K,)
     counts = contingency.double()
     matched = matching >= 0
@@ -126,6 +138,7 @@ def _compute(contingency: Tensor) -> dict[str, Tensor]:
     device = contingency.device
     return {
         "acc": acc.float(),
+        "size_error": _size_error(counts, matching).float(),
         "nmi": _nmi(contingency).to(device, torch.float32),
         "ari": _ari(contingency).to(device, torch.float32),
         "matching": matching,
@@ -144,7 +157,7 @@ def hungarian_accuracy(
         num_classes: C, the number of classes.
 
     Returns:
-        ``{"acc", "nmi", "ari"}`` float32 scalars and ``"matching"``, (K,) long, -1 if unmatched.
+        ``{"acc", "nmi", "ari", "size_error"}`` float32 scalars and ``"matching"``, (K,) long, -1 if unmatched.
 
     Raises:
         ValueError: if the shapes differ, the dtypes are not integer, or a value is out of range.
@@ -193,7 +206,7 @@ class HungarianAccuracy(Metric):
         kwargs: further arguments of :class:`torchmetrics.Metric`.
 
     ``update(preds, target)`` takes (N,) integer cluster ids and (N,) integer labels.
-    ``compute()`` returns ``{"acc", "nmi", "ari"}`` as float32 scalars and ``"matching"``, a
+    ``compute()`` returns ``{"acc", "nmi", "ari", "size_error"}`` as float32 scalars and ``"matching"``, a
     (K,) long tensor giving the class of each cluster, -1 for unmatched clusters (so
     ``matching[preds]`` reports predictions as class labels).
 

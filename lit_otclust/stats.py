@@ -98,7 +98,8 @@ def table(out: str | Path, key: str = "val/acc", baselines: str | None = BASELIN
     """
     records = load(out)
     groups = _group(records, key)
-    overrides = [{f"{k}={v}" for k, v in r["fixed"].items()} for r in records]
+    # The overrides every run of a column shares: a record's settings less its grid point, which names the column.
+    overrides = [{f"{k}={v}" for k, v in r["settings"].items() if k not in r["grid"]} for r in records]
     every_run = set.intersection(*overrides) if overrides else set()
     fixed = sorted(every_run) + [f"{o} (some runs)" for o in sorted(set().union(*overrides) - every_run)]
     datasets = {r["dataset"] for r in records}

@@ -20,7 +20,7 @@ by their keys' last component, sorted: a record name carries the grid, not ``set
 passed as YAML reads them (``true`` as ``true``, a list as ``[a,b]``): quote one whose text matters (``"1e-3"``).
 
 A run whose record exists is skipped and an interrupted one resumes from its ``last.ckpt``, so a study is
-finished by running it again. A record holds the run's settings, final metrics and per-epoch curves (from the CSV
+finished by running it again. A record holds the run's settings (``settings``: every override its command gave, the grid's included), final metrics and per-epoch curves (from the CSV
 log, so nothing depends on W&B), and what reproduces it: command, commit, OMP_NUM_THREADS, torch version, study, and
 the CPU model (and GPU) that made it, as a rerun on another model differs from the first epoch on.
 """
@@ -55,7 +55,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]  # for the commit of the code only: configs come from the study file
 CURVE_KEYS = ("val/acc", "val/acc_potential", "val/nmi", "val/ari", "heldout/acc", "train/loss",
               "train/recon", "train/cluster", "train/sinkhorn_iters", "train/plan_moved", "train/sinkhorn_unconverged",
-              "val/size_min", "val/size_max", "train/scale", "train/sinkhorn_error")
+              "val/size_min", "val/size_max", "val/size_error", "val/size_error_potential", "val/nmi_potential",
+              "train/scale", "train/sinkhorn_error")
 SIGTERM_EXIT = 143  # what a fit stopped by SIGTERM exits with, after saving last.ckpt (lit_otclust.cli)
 _BLOCK_KEYS = {"configs", "seeds", "epochs", "set", "grid", "folder"}
 _STUDY_KEYS = _BLOCK_KEYS | {"out", "runs", "report"}
@@ -95,6 +96,12 @@ class Run:
         return self.out / "runs" / self.name
 
     @property
+    def settings(self) -> dict[str, str]:
+        """The overrides its command gives, as they take effect: the block's and the study's ``set`` (``fixed``)
+        with the grid point over them. A record states these, so it never shows a ``set`` value the grid replaced."""
+        return {**self.fixed, **self.grid}
+
+    @property
     def done(self) -> bool:
         return self.record.exists()
 
@@ -103,7 +110,7 @@ class Run:
         cmd = [python, "-m", "lit_otclust", "fit", "--config", self.config, "--seed_everything", str(self.seed),
                "--trainer.default_root_dir", str(self.root), "--trainer.enable_progress_bar", "false",
                "--trainer.enable_model_summary", "false"]
-        for key, value in {**self.fixed, **self.grid}.items():
+        for key, value in self.settings.items():
             cmd += [f"--{key}", value]
         if not self.done and (self.root / "checkpoints" / "last.ckpt").exists():
             cmd += ["--ckpt_path", "last"]
@@ -248,7 +255,7 @@ def _short(text: str, limit: int = 64) -> str:
 def wandb_args(run: Run, study_file: Path | None) -> list[str]:
     """The fit's W&B settings in a study: the study's name as the group (W&B then draws a column's mean and spread
     by epoch), the column (config and grid point) as the job type, the seed and each grid setting as tags, and the
-    study file, whose content joins the run's config."""
+    study file, named in the run's config (its settings there are the effective ones, not the file's `set`)."""
     group = study_file.stem if study_file is not None else run.out.name
     tags = [f"seed={run.seed}", *run.tags]
     args = ["--wandb.group", group, "--wandb.job_type", _short(run.column),
@@ -383,7 +390,7 @@ def _fit_and_record(run: Run, study_file: Path | None, env: dict[str, str], thre
         curves.update(read_curves(log_file))
     dataset, _, method = run.name.split("__")[0].partition("_")
     record = {"name": run.name, "config": Path(run.config).stem, "dataset": dataset, "method": method,
-              "seed": run.seed, "grid": run.grid, "fixed": run.fixed,
+              "seed": run.seed, "grid": run.grid, "settings": run.settings,
               "seconds": round(_attempts_seconds(run.root, time.time(), done=True), 1),
               "final": curves[max(curves)] if curves else {}, "curves": curves, "command": shlex.join(command),
               "commit": _commit(), "omp_num_threads": threads, "torch": metadata.version("torch"),

@@ -501,7 +501,7 @@ class DeepClustering(L.LightningModule):
                 continue
             suffix = "" if rule == self.hparams.assignment else f"_{rule}"
             # Global already (the metric reduces its table over the ranks): no sync_dist (cli.quiet_third_party_notices).
-            self.log_dict({f"{prefix}/{k}{suffix}": res[k] for k in ("acc", "nmi", "ari")})
+            self.log_dict({f"{prefix}/{k}{suffix}": res[k] for k in ("acc", "nmi", "ari", "size_error")})
 
     def on_validation_epoch_end(self) -> None:
         # Every evaluation set the loaders have, not only those this rank saw a batch of: under DDP a

@@ -41,7 +41,7 @@ def write_runs(folder: Path, accs: dict[str, list[float]]) -> None:
         for seed, acc in enumerate(values):
             curves = {str(e): {"val/acc": acc * (e + 1) / 3, "train/loss": 10.0 - e} for e in range(3)}
             record = {"name": f"mnist_{method}__seed={seed}", "config": f"mnist_{method}", "dataset": "mnist",
-                      "method": method, "seed": seed, "grid": {}, "fixed": {}, "seconds": 1.0,
+                      "method": method, "seed": seed, "grid": {}, "settings": {}, "seconds": 1.0,
                       "final": curves["2"], "curves": curves, "command": "test"}
             (folder / f"{record['name']}.json").write_text(json.dumps(record))
 
@@ -183,9 +183,27 @@ def test_a_committed_study_finds_its_records_and_their_commands(name, monkeypatc
             pinned = {key: value for key, value in built[str(path)].items() if key not in done}
             assert pinned.items() <= PINNED.items(), path
             assert done == {k: v for k, v in built[str(path)].items() if k not in pinned}, path
-            fixed = next(r.fixed for r in study.runs if str(r.record) == str(path))
-            assert record["fixed"] == {k: v for k, v in fixed.items()
-                                       if k in record["fixed"] or PINNED.get(f"--{k}") != v}
+            settings = next(r.settings for r in study.runs if str(r.record) == str(path))
+            assert record["settings"] == {k: v for k, v in settings.items()
+                                          if k in record["settings"] or PINNED.get(f"--{k}") != v}
+
+
+def test_every_committed_record_states_the_settings_its_command_gave():
+    """A record's ``settings`` are the overrides its fit command passed, grid included: none shows a study `set`
+    value that the grid replaced (a record once said lambda = 1/300 for a run at 0.1)."""
+    standard = {"--config", "--seed_everything", "--trainer.default_root_dir", "--trainer.enable_progress_bar",
+                "--trainer.enable_model_summary", "--ckpt_path"}
+    records = [json.loads(p.read_text()) for p in (REPO / "results").rglob("*.json")]
+    records = [r for r in records if isinstance(r, dict) and "command" in r and "grid" in r]
+    assert len(records) > 500
+    for record in records:
+        assert "fixed" not in record, record["name"]
+        tokens = shlex.split(record["command"])
+        flags = tokens[tokens.index("fit") + 1:]
+        given = {flag[2:]: value for flag, value in zip(flags[::2], flags[1::2])
+                 if flag not in standard and not flag.startswith("--wandb.")}
+        assert record["settings"] == given, record["name"]
+        assert record["grid"].items() <= given.items(), record["name"]
 
 
 def test_the_imbalanced_study_states_the_proportions_it_describes():
@@ -776,7 +794,7 @@ def test_a_studys_fits_are_wandb_runs_grouped_by_study_column_and_seed(data_dir,
     config = {item.key: json.loads(item.value_json) for r in records
               if r.WhichOneof("record_type") == "config" for item in r.config.update}
     config.update({item.key: json.loads(item.value_json) for item in first.config.update})
-    assert config["study"] == spec and config["model"]["epsilon"] == 0.05
+    assert config["study"] == str(study_file) and config["model"]["epsilon"] == 0.05
     record = json.loads(run.record.read_text())
     assert record["cpu"] and record["cpu"] in Path("/proc/cpuinfo").read_text() and record["gpu"] is None
     capsys.readouterr()
