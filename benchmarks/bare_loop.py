@@ -72,7 +72,7 @@ def train_steps(model: torch.nn.Module, centers: torch.Tensor, opt: torch.optim.
         xb = x[idx]
         z, x_hat = model(xb)
         recon = (x_hat - xb).pow(2).flatten(1).sum(1).mean()
-        clust, res = ot_clustering_loss(z, centers, w, epsilon=epsilon, tol=tol, max_iter=max_iter, g_init=g,
+        clust, res = ot_clustering_loss(z, centers, w, epsilon=epsilon, tol=tol, iters=max_iter, max_iter=max_iter, g_init=g,
                                         solver=solver)
         g = res.g
         loss = recon + lam * clust
@@ -91,8 +91,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--adam", choices=["fused", "default"], default="fused",
                         help="fused: the kernel DeepClustering uses (the same work); default: torch's per-tensor loop")
-    parser.add_argument("--solver", choices=["solve", "fixed"], default="solve", help="the fit's model.sinkhorn_solver")
-    parser.add_argument("--iters", type=int, default=10, help="the fit's model.sinkhorn_iters (--solver fixed)")
+    parser.add_argument("--solver", choices=["solve", "fixed"], default="solve", help="the fit's model.loss.init_args.solver")
+    parser.add_argument("--iters", type=int, default=10, help="the fit's model.loss.init_args.iters (--solver fixed)")
     parser.add_argument("--device", default="cpu", help="where the data, the model and the steps live (cuda: "
                         "the fit's --trainer.accelerator gpu --data.init_args.on_device true)")
     parser.add_argument("--clustering-weight", type=float, default=None,

@@ -2,9 +2,9 @@
 
     python -m benchmarks.bench_compile [--device cpu] [--mode default] [--steps 20] [--rounds 7] [--threads 1]
 
-The step is the bare loop's (``benchmarks/bare_loop.py``) with ``model.sinkhorn_solver: fixed``: the MNIST MLP
+The step is the bare loop's (``benchmarks/bare_loop.py``) with ``model.loss.init_args.solver: fixed``: the MNIST MLP
 autoencoder on a batch of 300, the summed squared reconstruction error, lambda = 1/300 times
-``ot_clustering_loss(..., solver="fixed", max_iter=--iters)`` warm-started from the previous step's g, backward, fused
+``ot_clustering_loss(..., solver="fixed", iters=--iters)`` warm-started from the previous step's g, backward, fused
 Adam. Random images (a fixed solve's work does not depend on the values). Compiled: ``nn.Module.compile(mode=...)``
 for the autoencoder (its state dict keeps its keys) and ``torch.compile(ot_clustering_loss, mode=...)``, what
 ``model.compile`` does in ``fit``. Each variant is warmed up (compiled) first and its compile time printed, the first
@@ -46,7 +46,7 @@ class Step:
         z, x_hat = self.model(self.x)
         recon = (x_hat - self.x).pow(2).flatten(1).sum(1).mean()
         clust, res = self.loss(z, self.centers, self.w, epsilon=0.01, g_init=self.g, solver="fixed",
-                               max_iter=self.iters)
+                               iters=self.iters)
         self.g.copy_(res.g)  # copied, as DeepClustering keeps g_last: a CUDA graph's output is overwritten next replay
         loss = recon + clust / 300
         self.opt.zero_grad(set_to_none=True)

@@ -1,7 +1,7 @@
 """The marginal epoch of ``lit_otclust fit`` against the bare PyTorch loop doing the same work, start-up apart.
 
     python -m benchmarks.bench_fit --data-dir ../shared/data --epochs 1 3 --rounds 3 --threads 1 \\
-        --variant solve "" --variant fixed "--model.sinkhorn_solver fixed --model.sinkhorn_iters 10" \\
+        --variant solve "" --variant fixed "--model.loss.init_args.solver fixed --model.loss.init_args.iters 10" \\
         --bare solve fixed [FIT OVERRIDES]
     python -m benchmarks.bench_fit --epochs 5 20 --rounds 1 --variant fixed "..." --concurrent 1 2 4 8 \\
         --data.init_args.on_device true --trainer.accelerator gpu --trainer.devices 1      (benchmarks/gpu_check.sh)

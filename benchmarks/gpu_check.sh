@@ -44,7 +44,7 @@ else
     EPOCHS=${EPOCHS:-5 20} CONCURRENT=${CONCURRENT:-1 2 4 8} COMPILE=${COMPILE:-false default reduce-overhead}
     STEP=(--steps 50 --rounds 5) BARE=(--bare fixed --bare-device cuda)
 fi
-FIXED=(--model.sinkhorn_solver fixed --model.sinkhorn_iters 10)
+FIXED=(--model.loss.init_args.solver fixed --model.loss.init_args.iters 10)
 failed=()
 run() {  # run NAME CMD...: print and run one command; a failure is reported at the end, the next stage still runs
     local name=$1; shift

@@ -1,5 +1,5 @@
-"""Callbacks: the phase switch of the paper's algorithm, a per-sample prediction writer, and the summary a run
-prints when it ends."""
+"""Callbacks that write a run's outputs: a per-sample prediction writer, and the summary a run prints when it ends.
+The phase switch of the paper's algorithm is :mod:`lit_otclust.phases`."""
 
 from __future__ import annotations
 
@@ -7,219 +7,17 @@ import csv
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.trainer.states import TrainerFn
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from torch import Tensor
 
-from lit_otclust.clustering import embed_samples, kmeans, labelled_examples, match_labels, match_sizes
-from lit_otclust.data import eval_batch_size
 from lit_otclust.figures import ClusterFigures
 from lit_otclust.metrics import hungarian_accuracy
-from lit_otclust.sinkhorn import squared_distances
-
-MATCHINGS = ("none", "sizes", "labels")
-
-
-class PhaseSwitch(L.Callback):
-    """Autoencoder pre-training for ``pretrain_epochs``, then k-means init of mu, then the joint loss.
-
-    With ``pretrain_epochs = 0`` this is the paper's Algorithm 2 as written: the centers are
-    initialised by k-means on the embeddings of the *untrained* encoder, before the first step.
-
-    The phase lives in this callback's ``state_dict``, so a run resumed from a checkpoint taken in
-    either phase continues where it was: the centers are initialised exactly once, and a resumed
-    joint-phase run never re-initialises them (they come from the checkpoint).
-
-    Which center carries which proportion: the OT loss gives center k the mass
-    ``model.proportions[k]``, and k-means returns its centers in no particular order. With a
-    non-uniform w, ``match_proportions`` reorders them after k-means (:mod:`lit_otclust.clustering`):
-
-    - ``"sizes"`` (default): the k-means cluster sizes are matched to w (Hungarian algorithm on the
-      squared differences: the largest cluster carries the largest w, and so on down). Needs no
-      labels. A uniform w leaves the k-means order as it is.
-    - ``"labels"``: ``labelled_per_class`` seeded examples of each class of the fitted samples
-      pin classes to centers: center k is the k-means cluster where class k's examples fall most
-      (Hungarian algorithm on their counts). Only those examples' labels are read. This assumes
-      ``proportions[k]`` is the proportion of class k, as with ``data.class_proportions``.
-    - ``"none"``: the k-means order.
-
-    Args:
-        pretrain_epochs: epochs of reconstruction-only training before the joint phase.
-        kmeans_n_init: k-means++ restarts for the centers' initialisation.
-        seed: seeds that k-means (and the draw of the labelled examples).
-        match_proportions: ``"sizes"``, ``"labels"`` or ``"none"``: how the k-means centers are
-            ordered to meet the proportions (above).
-        labelled_per_class: labelled examples per class for ``match_proportions="labels"``.
-        kmeans_at: when the centers are initialised. ``"switch"`` (default): by k-means on the
-            pre-trained embedding when the joint phase starts (the DKM/DEC practice; while
-            pre-training, evaluation refits k-means every epoch). ``"start"``: the paper's Algorithm
-            read literally: k-means on the *untrained* encoder's embedding before the first step,
-            kept through pre-training (evaluation scores those fixed centers) and into the joint
-            phase. The same with ``pretrain_epochs=0``.
-        center_init: what that initialisation draws. ``"kmeans"`` (default): k-means on the embeddings, as
-            above. ``"uniform"``: uniform in [-1, 1]^p, seeded by ``seed`` (DKM's initialisation without
-            pre-training), then ordered by ``match_proportions`` like k-means centers. Evaluation while
-            pre-training still scores k-means centers of the current embedding.
-    """
-
-    def __init__(self, pretrain_epochs: int = 0, kmeans_n_init: int = 10, seed: int = 0,
-                 match_proportions: Literal["none", "sizes", "labels"] = "sizes", labelled_per_class: int = 10,
-                 kmeans_at: Literal["switch", "start"] = "switch", center_init: Literal["kmeans", "uniform"] = "kmeans") -> None:
-        if pretrain_epochs < 0:
-            raise ValueError(f"pretrain_epochs must be >= 0, got {pretrain_epochs}")
-        if kmeans_n_init < 1:
-            raise ValueError(f"kmeans_n_init must be >= 1, got {kmeans_n_init}")
-        if match_proportions not in MATCHINGS:
-            raise ValueError(f"match_proportions must be one of {MATCHINGS}, got {match_proportions!r}")
-        if labelled_per_class < 1:
-            raise ValueError(f"labelled_per_class must be >= 1, got {labelled_per_class}")
-        if kmeans_at not in ("switch", "start"):
-            raise ValueError(f"kmeans_at must be 'switch' or 'start', got {kmeans_at!r}")
-        if center_init not in ("kmeans", "uniform"):
-            raise ValueError(f"center_init must be 'kmeans' or 'uniform', got {center_init!r}")
-        self.pretrain_epochs = pretrain_epochs
-        self.kmeans_n_init = kmeans_n_init
-        self.seed = seed
-        self.match_proportions = match_proportions
-        self.labelled_per_class = labelled_per_class
-        self.kmeans_at = kmeans_at
-        self.center_init = center_init
-        self.phase = "pretrain"
-        self.switch_epoch: int | None = None
-        self.initialised = False  # kmeans_at="start": the centers were set before the first step
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"phase": self.phase, "switch_epoch": self.switch_epoch, "initialised": self.initialised}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.phase = state_dict["phase"]
-        self.switch_epoch = state_dict["switch_epoch"]
-        self.initialised = state_dict.get("initialised", False)  # absent from checkpoints written before it
-
-    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        for attr in ("centers", "embed", "joint"):
-            if not hasattr(pl_module, attr):
-                raise AttributeError(f"PhaseSwitch needs a module with `{attr}` (a DeepClustering); "
-                                     f"{type(pl_module).__name__} has none")
-        if stage != "fit" or self.phase == "joint":
-            return
-        # Checked before the first step, not when the switch comes (after all of pre-training).
-        if getattr(trainer.datamodule, "fit_set", None) is None:
-            raise ValueError("PhaseSwitch initialises the centers by k-means on every fitted image and reads them from "
-                             "the data module's `fit_set`; pass a data module that has one (e.g. MNISTDataModule) "
-                             "instead of bare dataloaders")
-        if self.match_proportions == "labels":
-            labels, K = trainer.datamodule.fit_set.y, len(pl_module.centers)
-            if (labels < 0).any() or int(labels.max()) >= K:
-                raise ValueError(f"phases.match_proportions='labels' reads a few labels of each class 0..{K - 1} "
-                                 f"(one class per cluster) from the fitted samples, but their labels span "
-                                 f"[{int(labels.min())}, {int(labels.max())}] (-1: no label); use 'sizes'")
-        clustering = getattr(pl_module.hparams, "clustering", "ot")
-        max_epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs >= 0 else None
-        if clustering != "none" and max_epochs is not None and self.pretrain_epochs >= max_epochs:
-            if not trainer.fast_dev_run:  # Lightning's one-epoch check of the code, whatever max_epochs says
-                raise ValueError(f"phases.pretrain_epochs ({self.pretrain_epochs}) must be below trainer.max_epochs "
-                                 f"({max_epochs}), or the clustering loss never trains")
-            rank_zero_info(f"trainer.fast_dev_run runs one epoch, so only pre-training (phases.pretrain_epochs = "
-                           f"{self.pretrain_epochs}); --phases.pretrain_epochs 0 runs the clustering loss instead")
-        batch_size = getattr(trainer.datamodule, "batch_size", None)
-        if clustering == "ot" and batch_size is not None and batch_size < len(pl_module.centers):
-            raise ValueError(f"data batch_size ({batch_size}) is below the number of clusters "
-                             f"({len(pl_module.centers)}): a batch cannot fill every cluster's share")
-        wanted = getattr(trainer.datamodule, "class_proportions", None)
-        proportions = getattr(pl_module, "proportions", None)
-        if clustering == "ot" and wanted is not None and proportions is not None and not torch.allclose(
-                torch.tensor(wanted, dtype=torch.float64), proportions.detach().double().cpu(), atol=1e-6):
-            # A warning, not an error: a misspecified w is a legitimate experiment.
-            rank_zero_warn(f"the data are subsampled to class_proportions {list(wanted)} but the OT loss prescribes "
-                           f"proportions {proportions.tolist()}; pass the same values as --model.proportions "
-                           f"unless the mismatch is the point")
-
-    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # Runs after a checkpoint's callback state is restored, so `phase` is already the resumed one.
-        pl_module.joint = self.phase == "joint"
-
-    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.kmeans_at == "start" and not self.initialised and self.phase == "pretrain":
-            self.init_centers(trainer, pl_module)
-            self.initialised = True
-        if self.phase == "pretrain" and trainer.current_epoch >= self.pretrain_epochs:
-            if self.kmeans_at == "switch":
-                self.init_centers(trainer, pl_module)
-            self.restart_optimization(trainer, pl_module)
-            self.phase, self.switch_epoch = "joint", trainer.current_epoch
-            pl_module.joint_start_epoch.fill_(trainer.current_epoch)
-        pl_module.joint = self.phase == "joint"
-
-    def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # Pre-training, and the AE + k-means baseline throughout, are scored by k-means on the current
-        # embeddings: fit the centers here, as a step of training, so that evaluation only reads them
-        # (and `validate`/`test`/`predict` from a checkpoint use the centers of the run).
-        refit = (self.phase == "pretrain" and self.kmeans_at == "switch") or getattr(pl_module.hparams, "clustering", "ot") == "none"
-        if trainer.state.fn == "fit" and refit:
-            self.init_centers(trainer, pl_module, "kmeans")
-
-    @staticmethod
-    def restart_optimization(trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """The joint phase starts its own optimisation, as the paper's Algorithm has two loops.
-
-        - The centers' Adam state is dropped. While pre-training they get zero gradients but Adam
-          still counts steps, so at the switch its bias correction is ~1 with second moments ~0:
-          the first joint updates of the centers would be ~3x the learning rate for hundreds of steps.
-        - Each epoch-interval scheduler restarts at epoch 0 with the initial learning rates, so the
-          step decay counts joint epochs (else the (p) runs start the joint phase decayed).
-        """
-        for opt in trainer.optimizers:
-            opt.state.pop(pl_module.centers, None)
-        for config in trainer.lr_scheduler_configs:
-            sched = config.scheduler
-            sched.last_epoch = 0
-            for group, lr in zip(sched.optimizer.param_groups, sched.base_lrs):
-                group["lr"] = lr
-
-    @torch.no_grad()
-    def init_centers(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                     method: Literal["kmeans", "uniform"] | None = None) -> None:
-        """mu <- k-means on the embeddings of all fitted samples (every rank embeds them all), or uniform draws
-        (``method``, default ``center_init``), in the order ``match_proportions`` gives; rank 0 computes them
-        and broadcasts, so every rank has the same."""
-        was_training = pl_module.training
-        pl_module.eval()
-        x = trainer.datamodule.fit_set.x  # (N, *input_shape): the fitted samples, in memory
-        z = embed_samples(pl_module, x, eval_batch_size(trainer.datamodule))
-        pl_module.train(was_training)
-        if trainer.is_global_zero:
-            K, p = pl_module.centers.shape
-            if (method or self.center_init) == "uniform":
-                centers = 2 * torch.rand(K, p, generator=torch.Generator().manual_seed(self.seed)) - 1  # (K, p), CPU
-            else:
-                centers = kmeans(z, K, self.kmeans_n_init, self.seed)  # (K, p), CPU
-            centers = centers.to(z.dtype)  # float32 either way; z has the module's dtype (float64 at precision 64)
-            order = self.center_order(z.cpu(), centers, pl_module.proportions.cpu(), trainer.datamodule.fit_set.y.cpu())
-            centers = centers[order].to(pl_module.centers)
-        else:
-            centers = torch.empty_like(pl_module.centers)
-        centers = trainer.strategy.broadcast(centers, src=0)
-        pl_module.centers.data.copy_(centers)
-
-    def center_order(self, z: Tensor, centers: Tensor, proportions: Tensor, labels: Tensor) -> Tensor:
-        """The order of the k-means centers (K,) that ``match_proportions`` asks for, from the embeddings z (N, p)."""
-        K = len(centers)
-        if self.match_proportions == "sizes":
-            nearest = squared_distances(z, centers).argmin(1)  # (N,)
-            return match_sizes(torch.bincount(nearest, minlength=K) / len(z), proportions)
-        if self.match_proportions == "labels":
-            chosen = labelled_examples(labels, self.labelled_per_class, K, self.seed)  # (n,)
-            return match_labels(squared_distances(z[chosen], centers).argmin(1), labels[chosen], K)
-        return torch.arange(K)
-
 
 class ClusterWriter(BasePredictionWriter):
     """Writes ``predictions.csv`` (one row per sample: index, cluster, label, matched class, distance).

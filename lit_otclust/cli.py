@@ -41,10 +41,13 @@ from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning_utilities.core import rank_zero
 
-from lit_otclust.callbacks import ClusterWriter, PhaseSwitch, RunSummary
+from lit_otclust.callbacks import ClusterWriter, RunSummary
 from lit_otclust.checkpointing import AtomicCheckpointIO, SignalCheckpoint
 from lit_otclust.data.folder import UnreadableImagesError
 from lit_otclust.figures import ClusterFigures
+from lit_otclust.legacy import check_argv
+from lit_otclust.losses import ClusteringLoss
+from lit_otclust.phases import PhaseSwitch
 from lit_otclust.startup import resolve_wandb_mode
 from lit_otclust.system import DeepClustering
 
@@ -76,10 +79,9 @@ def default_loggers(root: Path, name: str, log_model: bool | Literal["all"] = Fa
     return [CSVLogger(save_dir=str(root), name="csv"), wandb_logger]
 
 
-def run_tags(config: dict) -> list[str]:
-    """The method (``model.clustering``, ``_p`` when pre-trained; ``ae_kmeans`` for ``none``) and the data module."""
-    method = config.get("model", {}).get("clustering", "ot")
-    method = {"none": "ae_kmeans"}.get(method, method)
+def run_tags(config: dict, loss: ClusteringLoss | None) -> list[str]:
+    """The method (the loss's ``tag``, ``_p`` when pre-trained; ``ae_kmeans`` without a loss) and the data module."""
+    method = "ae_kmeans" if loss is None else loss.tag
     if (config.get("phases") or {}).get("pretrain_epochs", 0) > 0:
         method += "_p"
     data = config.get("data") or {}
@@ -106,7 +108,7 @@ class RunConfig(SaveConfigCallback):
         study = (config.get("wandb") or {}).get("study")
         if study:  # a study's fit: the file's name only. Its `set` may name a value the grid replaced; the
             config["study"] = study  # rest of this config is what ran
-        tags = run_tags(config)
+        tags = run_tags(config, getattr(pl_module, "loss", None))
         for run in runs:
             run.config.update(config, allow_val_change=True)
             run.tags = tuple(dict.fromkeys([*(run.tags or ()), *tags]))
@@ -153,7 +155,6 @@ class OTClusterCLI(LightningCLI):
         parser.link_arguments("data.num_classes", "model.num_clusters", apply_on="instantiate")
         parser.link_arguments("data.input_shape", "model.autoencoder.init_args.input_shape", apply_on="instantiate")
         parser.link_arguments("seed_everything", "phases.seed")
-        parser.link_arguments("seed_everything", "model.seed")
         parser.link_arguments("seed_everything", "data.init_args.seed")
         parser.set_defaults({"trainer.num_sanity_val_steps": 0, "trainer.default_root_dir": "runs/default"})
 
@@ -216,6 +217,10 @@ def program_name() -> str:
 
 
 def main(args: list[str] | None = None) -> OTClusterCLI:
+    try:
+        check_argv(sys.argv[1:] if args is None else list(args))
+    except ValueError as error:  # a flag of before `model.loss`, or a retired option: where it went, no traceback
+        raise SystemExit(f"{program_name()}: error: {error}") from None
     try:
         return OTClusterCLI(DeepClustering, L.LightningDataModule, subclass_mode_data=True,
                             save_config_kwargs={"overwrite": True}, args=args)

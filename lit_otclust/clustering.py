@@ -1,12 +1,12 @@
 """Clustering on fixed embeddings: the embedding pass, k-means, and which k-means center carries which proportion.
 
 :func:`embed_samples` embeds in-memory samples batch by batch and :func:`kmeans` clusters the embeddings: the
-centers' initialisation (:class:`lit_otclust.callbacks.PhaseSwitch`), the pictures and the raw-pixel baseline use
+centers' initialisation (:class:`lit_otclust.phases.PhaseSwitch`), the pictures and the raw-pixel baseline use
 them. The OT loss then gives center k the mass w_k. When w is not uniform, the order of the k-means centers
 that start the joint phase decides which cluster is asked to hold which share of the data: a
 large cluster carrying a small w_k is torn apart by the size constraint. :class:`PhaseSwitch`
-reorders the centers with one of the matchings below (``phases.match_proportions``) before training
-on them. Each returns ``order`` (K,), int64: center k becomes k-means center ``order[k]``
+reorders the centers with the matching below (``phases.match_proportions``) before training
+on them. It returns ``order`` (K,), int64: center k becomes k-means center ``order[k]``
 (``centers[order]``). Plain torch, scipy and sklearn: no Lightning import.
 """
 
@@ -72,56 +72,3 @@ def match_sizes(sizes: Tensor, proportions: Tensor) -> Tensor:
         tied = np.flatnonzero(w == value)
         order[tied] = np.sort(order[tied])
     return torch.as_tensor(order, dtype=torch.int64)
-
-
-def match_labels(nearest: Tensor, labels: Tensor, num_clusters: int) -> Tensor:
-    r"""Put center k on the k-means cluster where most labelled examples of class k fall.
-
-    .. math::
-        \sigma^\star = \arg\max_{\sigma \in S_K} \sum_{k=1}^K N_{k \sigma(k)}, \qquad
-        N_{kj} = \#\{i : y_i = k,\ j_i = j\}
-
-    over the labelled examples :math:`i` with class :math:`y_i` and nearest k-means center
-    :math:`j_i`; center :math:`k` becomes k-means center :math:`\sigma^\star(k)` (Hungarian
-    algorithm on the K x K count matrix N). Then w_k sits on the cluster of class k, assuming
-    ``proportions[k]`` is the proportion of class k. A class without examples, or whose examples
-    share a cluster with another class's, gets whichever cluster is left.
-
-    Args:
-        nearest: j, (n,), int64, each labelled example's nearest k-means center in [0, K).
-        labels: y, (n,), int64, each labelled example's class in [0, K).
-        num_clusters: K.
-
-    Returns:
-        order, (K,), int64: a permutation of 0..K-1.
-    """
-    if nearest.shape != labels.shape:
-        raise ValueError(f"nearest {tuple(nearest.shape)} and labels {tuple(labels.shape)} must have the same shape")
-    if len(labels) and not (0 <= int(labels.min()) and int(labels.max()) < num_clusters):
-        raise ValueError(f"labels must lie in [0, {num_clusters}): one class per cluster")
-    counts = torch.bincount(labels * num_clusters + nearest, minlength=num_clusters**2).view(num_clusters, num_clusters)
-    _, order = linear_sum_assignment(counts.cpu().numpy(), maximize=True)  # (K,): row k, class k
-    return torch.as_tensor(order, dtype=torch.int64)
-
-
-def labelled_examples(labels: Tensor, per_class: int, num_classes: int, seed: int) -> Tensor:
-    """A seeded draw of ``per_class`` sample positions of each class 0..num_classes-1 (all of a smaller class).
-
-    It stands for the few images a user would label by hand: :func:`match_labels` reads the
-    labels of these positions only.
-
-    Args:
-        labels: class of each sample, (N,), int64.
-        per_class: examples per class, >= 1.
-        num_classes: the classes to draw from.
-        seed: seed of the draw.
-
-    Returns:
-        Positions, (<= per_class * num_classes,), int64, class 0's first.
-    """
-    generator = torch.Generator().manual_seed(seed)
-    chosen = []
-    for c in range(num_classes):
-        members = torch.nonzero(labels == c).squeeze(1)  # (n_c,)
-        chosen.append(members[torch.randperm(len(members), generator=generator)[:per_class]])
-    return torch.cat(chosen)

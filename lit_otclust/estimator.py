@@ -31,10 +31,11 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 from torch import Tensor, nn
 
-from lit_otclust.callbacks import PhaseSwitch
 from lit_otclust.clustering import embed_samples
 from lit_otclust.data import ArrayDataModule
+from lit_otclust.losses import ClusteringLoss, OTLoss, SoftKMeans
 from lit_otclust.models import ConvAutoencoder, MLPAutoencoder
+from lit_otclust.phases import PhaseSwitch
 from lit_otclust.system import DeepClustering
 
 # Kept as they come (uint8 pixels are divided by 255, as the command line's ArrayDataModule does); any other
@@ -44,7 +45,7 @@ _DTYPES = (np.float32, np.float64, np.uint8)
 # loader workers only cost (lit_otclust.data.base); the system keeps its autoencoder in its hyperparameters on
 # purpose (lit_otclust.system); a deprecation inside Lightning's own code under this torch (as cli.py drops).
 _NOT_THE_CALLERS = (r"The '\w+_dataloader' does not have many workers",
-                    r"Attribute 'autoencoder' is an instance of `nn.Module`",
+                    r"Attribute '(autoencoder|loss)' is an instance of `nn.Module`",
                     r"`isinstance\(treespec, LeafSpec\)` is deprecated")
 
 
@@ -70,8 +71,8 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
         clustering: ``"ot"`` (the paper's loss) or ``"soft_kmeans"`` (the same without the size constraint).
         epsilon: the entropic regularisation, in units of squared embedding distance.
         clustering_weight: lambda in l_r + lambda * l_c.
-        sinkhorn_solver, sinkhorn_iters: the OT solve of each batch (:class:`~lit_otclust.system.DeepClustering`):
-            ``"fixed"``, ``sinkhorn_iters`` warm-started iterations, is the fastest.
+        sinkhorn_solver, sinkhorn_iters: the OT solve of each batch (:class:`~lit_otclust.losses.OTLoss`'s
+            ``solver`` and ``iters``): ``"fixed"``, ``sinkhorn_iters`` warm-started iterations, is the fastest.
         autoencoder: ``"mlp"`` (:class:`~lit_otclust.models.MLPAutoencoder`, any sample shape, flattened) or
             ``"conv"`` (:class:`~lit_otclust.models.ConvAutoencoder`, images whose sides divide by 8).
         hidden_dims: the MLP encoder's hidden widths (the decoder mirrors them).
@@ -174,9 +175,8 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
         with torch.random.fork_rng(devices=[]), _quiet(self.verbose):
             torch.manual_seed(seed)
             system = DeepClustering(
-                self._build_autoencoder(data.input_shape), num_clusters=self.n_clusters, clustering=self.clustering,
-                proportions=proportions, epsilon=self.epsilon, clustering_weight=self.clustering_weight,
-                sinkhorn_solver=self.sinkhorn_solver, sinkhorn_iters=self.sinkhorn_iters, lr=self.lr, seed=seed)
+                self._build_autoencoder(data.input_shape), num_clusters=self.n_clusters, loss=self._build_loss(),
+                proportions=proportions, clustering_weight=self.clustering_weight, lr=self.lr)
             phases = PhaseSwitch(pretrain_epochs=self.pretrain_epochs, kmeans_n_init=self.kmeans_n_init, seed=seed)
             trainer = L.Trainer(callbacks=[phases], **self._trainer_settings())
             trainer.fit(system, datamodule=data)
@@ -225,6 +225,11 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
         if isinstance(self.random_state, numbers.Integral):
             return int(self.random_state)
         return int(random_state.randint(np.iinfo(np.int32).max))
+
+    def _build_loss(self) -> ClusteringLoss:
+        if self.clustering == "soft_kmeans":
+            return SoftKMeans(self.epsilon)
+        return OTLoss(self.epsilon, solver=self.sinkhorn_solver, iters=self.sinkhorn_iters)
 
     def _build_autoencoder(self, input_shape: tuple[int, ...]) -> nn.Module:
         if self.autoencoder == "conv":

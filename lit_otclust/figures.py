@@ -6,7 +6,8 @@ It embeds the fitted images and draws, with the functions of :mod:`lit_otclust.p
 - ``confusion``: clusters x classes counts, rows ordered by the Hungarian-matched class;
 - ``embedding``: a 2-D PCA of the embeddings and centers, coloured by cluster and by class;
 - ``sizes``: the cluster sizes against the prescribed proportions w;
-- ``plan``: the Sinkhorn plan of one training batch (OT clustering, joint phase only, :func:`batch_plan`);
+- ``plan``: the Sinkhorn plan of one training batch (a loss with a plan, joint phase only,
+  :meth:`lit_otclust.losses.ClusteringLoss.plan`);
 
 and saves them as PNG (and to W&B when a ``WandbLogger`` is attached), with the confusion counts
 also as CSV (``confusion_<tag>.csv``, :func:`confusion_csv`), so how classes merge and split over
@@ -18,6 +19,7 @@ sub-folders, CIFAR-10's names), else by number.
 
 from __future__ import annotations
 
+import math
 import shutil
 from pathlib import Path
 from typing import NamedTuple
@@ -35,9 +37,9 @@ from lit_otclust.clustering import embed_samples
 from lit_otclust.data import eval_batch_size
 from lit_otclust.plots import (confusion_figure, display_images, embedding_figure, gallery_figure, matched_confusion,
                                nearest_to_centers, pca_2d, plan_figure, save_png, sizes_figure)
-from lit_otclust.sinkhorn import SinkhornResult, sinkhorn, squared_distances
+from lit_otclust.sinkhorn import squared_distances
 
-__all__ = ["ClusterFigures", "FIGURE_NAMES", "batch_plan", "confusion_csv", "read_confusion_csv"]
+__all__ = ["ClusterFigures", "FIGURE_NAMES", "confusion_csv", "read_confusion_csv"]
 
 FIGURE_NAMES = ("gallery", "confusion", "embedding", "sizes", "plan")
 
@@ -59,23 +61,6 @@ def read_confusion_csv(path: Path) -> dict[str, list]:
         raise ValueError(f"{path}: not a confusion CSV (header {header[:2]})")
     table = [[int(v) for v in row] for row in rows]
     return {"cluster": [r[0] for r in table], "matched_class": [r[1] for r in table], "counts": [r[2:] for r in table]}
-
-
-def batch_plan(model: L.LightningModule, z: Tensor) -> SinkhornResult:
-    """The Sinkhorn plan (m, K) of a batch of embeddings ``z`` (m, p), as the model's OT loss solves it.
-
-    Same problem as :meth:`DeepClustering.clustering_loss`: cost ``||z - mu||^2`` (divided by its
-    mean under ``cost_scale='batch_mean'``), row weights 1/m, column weights ``model.proportions``,
-    and the current ``model.schedule()`` (epsilon, reg_m); no warm start, and no warning: the
-    figure's title says whether it converged.
-    """
-    hp = model.hparams
-    epsilon, reg_m = model.schedule()
-    cost = squared_distances(z, model.centers.detach())  # (m, K)
-    if hp.get("cost_scale", "none") == "batch_mean":
-        cost = cost / cost.mean()
-    return sinkhorn(cost, b=model.proportions, epsilon=epsilon, reg_m=reg_m, max_iter=hp.get("sinkhorn_max_iter", 1000),
-                    tol=hp.get("sinkhorn_tol", 1e-5), warn=False)
 
 
 def _when(epoch: int | None) -> str:
@@ -266,16 +251,17 @@ class ClusterFigures(L.Callback):
         w = pl_module.proportions.detach().float().cpu()
         figures["sizes"] = sizes_figure(sizes[order], w[order], labels, head)
 
-        if pl_module.hparams.get("clustering") == "ot" and getattr(pl_module, "joint", False):
-            m = min(getattr(datamodule, "batch_size", 300), N)
-            batch = torch.randperm(N, generator=torch.Generator().manual_seed(1))[:m]
-            z_batch = snap.z[batch].to(pl_module.device, pl_module.dtype)
-            res = batch_plan(pl_module, z_batch)
+        loss = getattr(pl_module, "loss", None) if getattr(pl_module, "joint", False) else None
+        m = min(getattr(datamodule, "batch_size", 300), N)
+        batch = torch.randperm(N, generator=torch.Generator().manual_seed(1))[:m]
+        z_batch = snap.z[batch].to(pl_module.device, pl_module.dtype)
+        res = loss.plan(z_batch, pl_module.centers, pl_module.proportions) if loss is not None else None
+        if res is not None:  # a loss with a transport plan, in the joint phase
             # As train/plan_moved: the share the plan sends to another center than the nearest.
             nearest = squared_distances(z_batch, pl_module.centers.detach()).argmin(1)
             moved = (res.plan.argmax(1) != nearest).float().mean().item()
             state = "converged" if res.converged else "NOT converged"
-            title = (f"Sinkhorn plan of a batch of {m}, {_when(epoch)}, epsilon {pl_module.schedule()[0]:.3g}\n"
+            title = (f"Sinkhorn plan of a batch of {m}, {_when(epoch)}, epsilon {getattr(loss, 'epsilon', math.nan):.3g}\n"
                      f"{res.n_iter} iterations, {state} (marginal error {res.marginal_error:.1e}), "
                      f"{moved:.1%} sent off their nearest center")
             figures["plan"] = plan_figure(res.plan.cpu(), snap.clusters[batch], order, labels, title)

@@ -1,55 +1,32 @@
 r"""The clustering losses on the embeddings z (n, p) and the centers mu (K, p), built on :mod:`lit_otclust.sinkhorn`.
 
-:func:`ot_clustering_loss` is the paper's size-constrained loss, the entropic OT objective at the Sinkhorn plan (or
-the transport cost alone, ``form="transport"``); :func:`soft_kmeans_loss` is the same without the size constraint
-(soft k-means, DKM). Pure functions of z and mu, differentiable in both. Plain torch: no Lightning import.
+:func:`ot_clustering_loss` is the paper's size-constrained loss, the entropic OT objective at the Sinkhorn plan;
+:func:`soft_kmeans_loss` is the same without the size constraint (soft k-means, DKM). Pure functions of z and mu,
+differentiable in both. :class:`OTLoss` and :class:`SoftKMeans` are the modules
+:class:`lit_otclust.system.DeepClustering` takes as its ``loss``: each owns its arguments and their checks, its
+state across batches, its rule under several processes and its logged statistics. A new loss subclasses
+:class:`ClusteringLoss` (README, "Writing a loss"). Plain torch: no Lightning import.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
+from typing import Literal
 
 import torch
-from torch import Tensor
+import torch.distributed as dist
+from torch import Tensor, nn
 
-from lit_otclust.sinkhorn import (SinkhornResult, _full_precision, _Group, sinkhorn, sinkhorn_algorithm1,
-                                  sinkhorn_fixed, squared_distances)
+from lit_otclust.sinkhorn import SOLVERS, SinkhornResult, _full_precision, _Group, sinkhorn, squared_distances
 
-__all__ = ["ot_clustering_loss", "soft_kmeans_loss"]
+__all__ = ["ClusteringLoss", "OTLoss", "SoftKMeans", "ot_clustering_loss", "soft_kmeans_loss"]
 
 
 def _objective(plan: Tensor, log_plan: Tensor, cost: Tensor, epsilon: float) -> Tensor:
     r""":math:`\sum_{ik} C_{ik}P_{ik} + \epsilon P_{ik}(\log P_{ik} - 1)`, the paper's (OT_eps), summed."""
     entropy = plan * (torch.where(plan > 0, log_plan, torch.zeros_like(log_plan)) - 1.0)  # 0 log 0 = 0
     return (cost * plan).sum() + epsilon * entropy.sum()
-
-
-def _transport_loss(cost: Tensor, proportions: Tensor | None, *, epsilon: float, gradient: str, max_iter: int,
-                    tol: float, reg_m: float | None, g_init: Tensor | None, distributed: bool, warn: bool,
-                    solver: str, iters: int) -> tuple[Tensor, SinkhornResult]:
-    """:func:`ot_clustering_loss`'s ``form="transport"`` on the cost (n, K): <pi, C> and the result."""
-    if distributed:
-        raise ValueError("form='transport' (model.ot_loss_form='transport') needs the whole batch in one process for "
-                         "its differentiable iterations; use form='value' with distributed=True")
-    if reg_m is not None:
-        raise ValueError(f"form='transport' is balanced OT: it takes no reg_m (got {reg_m!r}); use form='value'")
-    if gradient != "envelope":
-        raise ValueError("form='transport' differentiates through its own transport_iters iterations; "
-                         "gradient='unrolled' is for form='value'")
-    if iters < 1:
-        raise ValueError(f"`transport_iters` must be >= 1, got {iters}")
-    fixed = cost.detach()
-    if solver == "algorithm1":
-        res = sinkhorn_algorithm1(fixed, proportions, epsilon=epsilon, n_iter=max_iter)
-    elif solver == "fixed":
-        res = sinkhorn_fixed(fixed, proportions, g_init, epsilon=epsilon, n_iter=max_iter)
-    else:
-        res = sinkhorn(fixed, None, proportions, epsilon=epsilon, max_iter=max_iter, tol=tol, g_init=g_init, warn=warn)
-    # Autograd sees the T iterations and C, with their start g held fixed: the true gradient once the iterations
-    # have forgotten where they started (Sinkhorn contracts, so T large enough at a given epsilon).
-    pi = sinkhorn_fixed(cost, proportions, res.g, epsilon=epsilon, n_iter=iters)
-    loss = (pi.plan * cost).sum()
-    return loss, SinkhornResult(pi.plan, pi.f, pi.g, res.n_iter + iters, res.marginal_error, res.converged).detach()
 
 
 @_full_precision
@@ -60,15 +37,14 @@ def ot_clustering_loss(
     *,
     epsilon: float,
     gradient: str = "envelope",
+    solver: str = "solve",
+    iters: int = 10,
     max_iter: int = 1000,
     tol: float = 1e-6,
     reg_m: float | None = None,
     g_init: Tensor | None = None,
     distributed: bool = False,
     warn: bool = True,
-    solver: str = "solve",
-    form: str = "value",
-    transport_iters: int = 20,
 ) -> tuple[Tensor, SinkhornResult]:
     r"""The paper's clustering loss :math:`\ell_c^{OT_\epsilon}`, the value of (OT_eps) at the Sinkhorn plan.
 
@@ -76,85 +52,40 @@ def ot_clustering_loss(
         \ell = \sum_{ik} \|z_i - \mu_k\|^2 P^*_{ik} + \epsilon P^*_{ik}(\log P^*_{ik} - 1)
         \; [+ \tau \, \mathrm{KL}(P^{*\top}\mathbf{1}_n \,|\, w)]
 
-    with :math:`P^*` from :func:`sinkhorn` between :math:`a = \mathbf{1}_n / n` and :math:`b = w`; rows sum
+    with :math:`P^*` from the ``solver`` between :math:`a = \mathbf{1}_n / n` and :math:`b = w`; rows sum
     to 1/n, so the loss is on the scale of a per-sample mean squared distance.
-
-    ``form="transport"``: the "sharp" Sinkhorn loss, the transport cost alone without the entropy term,
-
-    .. math::
-        \ell = \sum_{ik} \|z_i - \mu_k\|^2 \pi_{ik}, \quad \pi = \exp((f + g - C) / \epsilon)
-        \text{ after } T \text{ iterations } f \leftarrow \epsilon(\log a - \mathrm{LSE}_k \tfrac{g - C}{\epsilon}),\;
-        g \leftarrow \epsilon(\log w - \mathrm{LSE}_i \tfrac{f - C}{\epsilon}),
-
-    with :math:`T` = ``transport_iters``, started from the g of the configured ``solver`` (run without autograd)
-    and differentiated by autograd through the T iterations and C (:func:`sinkhorn_fixed` on the attached cost;
-    Genevay, Peyre & Cuturi 2018, whom the paper cites for backpropagating through Sinkhorn). The column update
-    comes last, so :math:`\pi`'s cluster sizes are exactly w. Balanced, single process.
 
     Args:
         z: (n, p) embeddings. centers: (K, p) cluster centers :math:`\mu`.
         proportions: (K,) cluster proportions w, summing to 1; default uniform.
-        epsilon, max_iter, tol, reg_m, g_init, distributed, warn: as in :func:`sinkhorn`.
+        epsilon, max_iter, tol, reg_m, g_init, distributed, warn: as in :func:`lit_otclust.sinkhorn.sinkhorn`.
         gradient: ``"envelope"`` (default) solves without autograd and differentiates the objective with
             the plan held fixed, exact at the optimum by Danskin's theorem: :math:`\partial\ell/\partial C = P^*`.
             ``"unrolled"`` backpropagates through the iterations, as in the paper (single process only).
-        solver: ``"fixed"``: :func:`sinkhorn_fixed`, ``max_iter`` iterations warm-started from ``g_init``, columns
-            exact, rows loose, no host read (``tol`` unused). ``"solve"`` (default): :func:`sinkhorn`, solved to
-            ``tol`` (warm-started from ``g_init``).
-            ``"algorithm1"``: :func:`sinkhorn_algorithm1`, the paper's Algorithm 1 with ``n_iter = max_iter``
-            from a cold start, columns exact and rows loose; balanced, single process (``tol``, ``g_init``
-            unused). Its plan is a minimiser only once converged, so its ``"envelope"`` gradient is approximate.
-        form: ``"value"`` (default, the objective above) or ``"transport"`` (:math:`\langle \pi, C\rangle`, above).
-        transport_iters: T, the differentiable iterations of ``form="transport"``, >= 1.
+        solver: a key of :data:`lit_otclust.sinkhorn.SOLVERS`. ``"fixed"``: ``iters`` iterations warm-started from
+            ``g_init``, columns exact, rows loose, no host read. ``"solve"`` (default): solved to ``tol`` within
+            ``max_iter``, warm-started from ``g_init``. ``"algorithm1"``: the paper's Algorithm 1, ``max_iter``
+            iterations from a cold start, columns exact and rows loose; balanced, single process. The last two's
+            plans are minimisers only once converged, so their ``"envelope"`` gradient is approximate.
 
     Returns:
         The scalar loss (with ``distributed``: this rank's share, summing over ranks to the global loss)
-        and the :class:`SinkhornResult`, with the plan detached. With ``form="transport"`` its ``plan``, ``f`` and
-        ``g`` are :math:`\pi`'s, ``n_iter`` counts the solve's iterations and the T, and ``marginal_error`` and
-        ``converged`` report the solve.
+        and the :class:`SinkhornResult`, with the plan detached.
     """
     if gradient not in ("envelope", "unrolled"):
         raise ValueError(f"`gradient` must be 'envelope' or 'unrolled', got {gradient!r}")
-    if solver not in ("fixed", "solve", "algorithm1"):
-        raise ValueError(f"`solver` must be 'fixed', 'solve' or 'algorithm1', got {solver!r}")
-    if form not in ("value", "transport"):
-        raise ValueError(f"`form` must be 'value' or 'transport', got {form!r}")
+    if solver not in SOLVERS:
+        raise ValueError(f"`solver` must be one of {sorted(SOLVERS)}, got {solver!r}")
+    if gradient == "unrolled" and distributed and _Group(True).active:
+        raise ValueError("gradient='unrolled' needs the whole batch in one process; use 'envelope' with several")
     cost = squared_distances(z, centers)  # (n, K)
-    if form == "transport":
-        return _transport_loss(cost, proportions, epsilon=epsilon, gradient=gradient, max_iter=max_iter, tol=tol,
-                               reg_m=reg_m, g_init=g_init, distributed=distributed, warn=warn, solver=solver,
-                               iters=transport_iters)
-    if solver == "fixed" and gradient == "unrolled" and distributed and _Group(True).active:
-        raise ValueError("gradient='unrolled' is not supported with distributed=True; use 'envelope'")
-    if solver == "algorithm1":
-        if reg_m is not None or (distributed and _Group(True).active):
-            raise ValueError("solver='algorithm1' is the paper's balanced, single-process Sinkhorn: "
-                             "use solver='solve' with reg_m or distributed=True")
-        res = sinkhorn_algorithm1(cost if gradient == "unrolled" else cost.detach(), proportions,
-                                  epsilon=epsilon, n_iter=max_iter)
-        log_plan = (res.f[:, None] + res.g[None, :] - (cost if gradient == "unrolled" else cost.detach())) / epsilon
-        loss = _objective(res.plan, log_plan, cost, epsilon)
-        return loss, res.detach()
-    solve = dict(epsilon=epsilon, max_iter=max_iter, tol=tol, reg_m=reg_m, g_init=g_init, distributed=distributed,
-                 warn=warn)
-    if solver == "fixed":
-        c = cost if gradient == "unrolled" else cost.detach()
-        res = sinkhorn_fixed(c, proportions, g_init, epsilon=epsilon, n_iter=max_iter, reg_m=reg_m,
-                             distributed=distributed)
-        plan = res.plan
-        log_plan = (res.f[:, None] + res.g[None, :] - c) / epsilon
-    elif gradient == "unrolled":
-        if distributed and _Group(True).active:
-            raise ValueError("gradient='unrolled' is not supported with distributed=True; use 'envelope'")
-        res = sinkhorn(cost, None, proportions, **solve)
-        plan = res.plan
-        log_plan = (res.f[:, None] + res.g[None, :] - cost) / epsilon
-    else:
-        res = sinkhorn(cost.detach(), None, proportions, **solve)
-        plan = res.plan
-        log_plan = (res.f[:, None] + res.g[None, :] - cost.detach()) / epsilon
-    loss = _objective(plan, log_plan, cost, epsilon)
+    c = cost if gradient == "unrolled" else cost.detach()
+    res = SOLVERS[solver](c, proportions, g_init, epsilon=epsilon, iters=iters, max_iter=max_iter, tol=tol,
+                          reg_m=reg_m, distributed=distributed, warn=warn)
+    log_plan = (res.f[:, None] + res.g[None, :] - c) / epsilon  # (n, K)
+    loss = _objective(res.plan, log_plan, cost, epsilon)
     if reg_m is not None and not math.isinf(reg_m):
+        plan = res.plan
         group = _Group(distributed)
         b = plan.new_full((cost.shape[1],), 1.0 / cost.shape[1]) if proportions is None else proportions.to(plan)
         col = group.sum(plan.sum(0)) if not plan.requires_grad else plan.sum(0)  # (K,)
@@ -182,8 +113,7 @@ def soft_kmeans_loss(z: Tensor, centers: Tensor, *, epsilon: float, form: str = 
     the softmax. That adds :math:`-\frac{1}{\epsilon} s_{ik}(C_{ik} - \bar C_i)` to the gradient, which sharpens
     the assignments. Not the soft-min: the two differ by the assignment's entropy, which DKM does not subtract.
     """
-    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"`epsilon` must be a finite number > 0, got {epsilon!r}")
+    _check_epsilon(epsilon)
     if form not in ("softmin", "expected"):
         raise ValueError(f"`form` must be 'softmin' or 'expected', got {form!r}")
     cost = squared_distances(z, centers)  # (n, K)
@@ -191,3 +121,214 @@ def soft_kmeans_loss(z: Tensor, centers: Tensor, *, epsilon: float, form: str = 
         return (torch.softmax(-cost / epsilon, 1) * cost).sum(1).mean()
     n = cost.shape[0]
     return -epsilon * torch.logsumexp(-cost / epsilon, 1).mean() - epsilon * (1.0 + math.log(n))
+
+
+def _check_epsilon(epsilon: float) -> None:
+    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"`epsilon` must be a finite number > 0, got {epsilon!r}")
+
+
+def _scale(z: Tensor, centers: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
+    """Each point's squared distance to its nearest center (m,) and that center (m,), detached. Their mean over
+    epsilon, the ``scale`` statistic: far below 1 every assignment is soft and the clustering term barely shapes
+    the embedding; far above, nearly hard."""
+    nearest = squared_distances(z.detach(), centers.detach()).min(1)  # (m, K) -> (m,)
+    return nearest.values, nearest.indices
+
+
+class ClusteringLoss(nn.Module):
+    """What :class:`lit_otclust.system.DeepClustering` asks of its clustering term ``l_c``.
+
+    A subclass implements :meth:`forward`; the other methods have defaults that suit a loss without state.
+    """
+
+    #: Whether the loss prescribes the cluster sizes (then a batch must hold at least K points).
+    constrains_sizes: bool = False
+    #: The method's name in W&B tags (``_p`` is added when pre-trained).
+    tag: str = "custom_loss"
+
+    def forward(self, z: Tensor, centers: Tensor, proportions: Tensor) -> tuple[Tensor, dict[str, Tensor | float]]:
+        """The loss (scalar, differentiable in ``z`` (m, p) and ``centers`` (K, p)) towards the proportions w (K,),
+        and the statistics to log as ``train/<name>`` (epoch means)."""
+        raise NotImplementedError
+
+    def bind(self, num_clusters: int) -> None:
+        """Called once by the system with K: where a loss allocates its per-cluster state (buffers)."""
+
+    def check_world(self, world_size: int) -> None:
+        """Raise if the loss cannot train with ``world_size`` processes (called at the trainer's setup)."""
+
+    def potential(self) -> Tensor | None:
+        """(K,) cluster potential g for the assignment rule ``argmin_k ||z - mu_k||^2 - g_k``; None: g = 0."""
+        return None
+
+    def plan(self, z: Tensor, centers: Tensor, proportions: Tensor) -> SinkhornResult | None:
+        """The transport plan (m, K) of a batch, for the figures; None for a loss without one."""
+        return None
+
+    def epoch_stats(self) -> dict[str, float]:
+        """Statistics to log once an epoch as ``train/<name>`` (read and reset at each training epoch's end)."""
+        return {}
+
+    def compile_solver(self, mode: str) -> None:
+        """``torch.compile`` what the training step calls, where it runs without host reads (``model.compile``)."""
+
+
+class OTLoss(ClusteringLoss):
+    r"""The paper's loss: entropic OT between the batch (weights 1/m) and the centers (weights w),
+    :func:`ot_clustering_loss`, solved from the previous batch's cluster potential.
+
+    Args:
+        epsilon: the entropic regularisation, in units of ``||z - mu||^2`` (the paper uses 1e-2).
+        solver: ``"fixed"`` (default): ``iters`` log-domain iterations warm-started from the previous batch's
+            potential, ending on the column update (exact cluster sizes, loose rows), with no host read; its rows'
+            error is logged as ``train/sinkhorn_error``. ``"solve"``: log-domain Sinkhorn + Newton, warm-started,
+            to ``tol`` within ``max_iter`` (unconverged solves are counted in ``train/sinkhorn_unconverged`` and
+            warned about once). ``"algorithm1"``: the paper's Algorithm 1 as written, ``max_iter`` iterations
+            from a cold start; balanced and single-process. The keys of :data:`lit_otclust.sinkhorn.SOLVERS`;
+            the measured comparison is in RESULTS.md ("The loss weight lambda and the training solve").
+        iters: the iterations of ``solver="fixed"``, >= 1.
+        max_iter, tol: ``solver="solve"``'s cap on iterations and its tolerance on the column marginal's L1
+            error; ``max_iter`` is also Algorithm 1's iteration count.
+        gradient: ``"envelope"`` or ``"unrolled"`` (:func:`ot_clustering_loss`; unrolled: single process only).
+        reg_m: unbalanced OT strength tau, a KL penalty on the cluster sizes (None: balanced, the paper).
+
+    State (buffers, so checkpoints keep them): ``g_last`` (K,), the last batch's cluster potential, which
+    warm-starts the next solve; ``g_avg`` (K,), its running average (the mean of the first 100 batches, then an
+    exponential average over ~100), for the ``"potential"`` assignment rule; ``g_count``, the batches folded in.
+
+    Under several processes (DDP) each rank holds its rows of one global problem: the solve reduces over the
+    ranks, and the loss, this rank's share, is multiplied by the world size, since DDP averages the gradients.
+    """
+
+    constrains_sizes = True
+    tag = "ot"
+
+    def __init__(self, epsilon: float = 0.01, solver: Literal["fixed", "solve", "algorithm1"] = "fixed",
+                 iters: int = 10, max_iter: int = 1000, tol: float = 1e-5,
+                 gradient: Literal["envelope", "unrolled"] = "envelope", reg_m: float | None = None) -> None:
+        super().__init__()
+        _check_epsilon(epsilon)
+        if solver not in SOLVERS:
+            raise ValueError(f"solver must be one of {sorted(SOLVERS)}, got {solver!r}")
+        if iters < 1 or max_iter < 1 or not tol > 0:
+            raise ValueError(f"need iters >= 1, max_iter >= 1 and tol > 0, got {iters}, {max_iter}, {tol}")
+        if gradient not in ("envelope", "unrolled"):
+            raise ValueError(f"gradient must be 'envelope' or 'unrolled', got {gradient!r}")
+        if reg_m is not None and not reg_m > 0:
+            raise ValueError(f"reg_m must be > 0 (or None: balanced OT), got {reg_m!r}")
+        if solver == "algorithm1" and reg_m is not None:
+            raise ValueError("solver='algorithm1' is the paper's balanced Sinkhorn: it takes no reg_m")
+        self.epsilon, self.solver, self.iters, self.max_iter, self.tol = epsilon, solver, iters, max_iter, tol
+        self.gradient, self.reg_m = gradient, reg_m
+        self._value = ot_clustering_loss  # its torch.compile after compile_solver
+        # Unconverged solves this epoch (solver="solve"), and whether the run was warned about them.
+        self._unconverged, self._worst_error, self._warned = 0, 0.0, False
+
+    def bind(self, num_clusters: int) -> None:
+        self.register_buffer("g_last", torch.zeros(num_clusters))
+        self.register_buffer("g_avg", torch.zeros(num_clusters))
+        self.register_buffer("g_count", torch.zeros((), dtype=torch.long))
+        # Host mirror of g_count > 0, read every step: reading the buffer would stall a GPU each time.
+        self._warm = False
+        self.register_load_state_dict_post_hook(_refresh_warm)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_value": ot_clustering_loss}  # a compiled function does not pickle (hparams)
+
+    def check_world(self, world_size: int) -> None:
+        if world_size > 1 and (self.gradient == "unrolled" or self.solver == "algorithm1"):
+            raise ValueError("gradient='unrolled' and solver='algorithm1' need the whole batch in one process; "
+                             "use gradient='envelope' and solver='fixed' or 'solve' with several devices")
+
+    def compile_solver(self, mode: str) -> None:
+        if self.solver == "fixed":  # the other solvers read the host as they iterate, which breaks a graph
+            self._value = torch.compile(ot_clustering_loss, mode=mode)
+
+    def forward(self, z: Tensor, centers: Tensor, proportions: Tensor) -> tuple[Tensor, dict[str, Tensor | float]]:
+        distance, nearest = _scale(z, centers, self.epsilon)
+        group = _Group(True)
+        loss, res = self._value(
+            z, centers, proportions, epsilon=self.epsilon, gradient=self.gradient, solver=self.solver,
+            iters=self.iters, max_iter=self.max_iter, tol=self.tol, reg_m=self.reg_m,
+            g_init=self.g_last if self._warm else None, distributed=group.active,
+            warn=False)  # counted per epoch and warned about once per run instead
+        if self.solver == "solve" and not res.converged:  # the fixed-length solvers stop by design
+            self._unconverged += 1
+            self._worst_error = max(self._worst_error, float(res.marginal_error))
+        self.g_last.copy_(res.g)
+        self._average_potential(res.g)
+        # The share of points the size constraint sends to another center than their nearest: the batch noise a
+        # balanced plan pushes into the embedding.
+        moved = (res.plan.argmax(1) != nearest).float().mean()
+        stats = {"plan_moved": moved, "sinkhorn_iters": float(res.n_iter), "sinkhorn_error": res.marginal_error}
+        if self.solver != "fixed":  # the fixed solve checks nothing: its error stays a tensor on the device
+            stats.update(sinkhorn_error=float(res.marginal_error), sinkhorn_converged=float(res.converged))
+        stats.update(epsilon=self.epsilon, scale=distance.mean() / self.epsilon,
+                     **({"reg_m": self.reg_m} if self.reg_m is not None else {}))
+        # A rank's share of the global loss, scaled back up: DDP averages the gradients over the ranks.
+        return loss * group.world_size, stats
+
+    def _average_potential(self, g: Tensor) -> None:
+        """Fold this batch's cluster potential g (K,) into ``g_avg``."""
+        # Fix the gauge (f + c, g - c) before averaging. A cluster of proportion 0 has g = -inf (it can
+        # take no mass): it stays out of the mean, and its average stays -inf, so the potential rule
+        # never assigns to it, instead of turning g_avg into NaN for good.
+        finite = torch.isfinite(g)
+        g = g - torch.where(finite, g, 0.0).sum() / finite.sum()
+        self.g_count += 1
+        self._warm = True
+        # Running mean, then an EMA over ~100 batches; on the device, so a GPU step never waits on the host.
+        rate = self.g_count.reciprocal().clamp_min(0.01)
+        self.g_avg.mul_(1 - rate).add_(rate * g)
+
+    def potential(self) -> Tensor:
+        return self.g_avg
+
+    def plan(self, z: Tensor, centers: Tensor, proportions: Tensor) -> SinkhornResult:
+        """The plan of the batch ``z`` (m, p) solved to ``tol`` from a cold start, without a warning: a figure's
+        title says whether it converged."""
+        cost = squared_distances(z, centers.detach())  # (m, K)
+        return sinkhorn(cost, b=proportions, epsilon=self.epsilon, reg_m=self.reg_m, max_iter=self.max_iter,
+                        tol=self.tol, warn=False)
+
+    def epoch_stats(self) -> dict[str, float]:
+        # Every rank solves the same global problem, so the counts agree without a reduction.
+        count = self._unconverged
+        if count and not self._warned and (not dist.is_initialized() or dist.get_rank() == 0):
+            warnings.warn(
+                f"{count} Sinkhorn solves did not reach tol {self.tol:g} within {self.max_iter} iterations this epoch "
+                f"(worst column marginal error {self._worst_error:.3g}); `train/sinkhorn_unconverged` counts them "
+                "every epoch. Raise model.loss.init_args.max_iter or epsilon, or loosen tol. (Warned once per run.)",
+                RuntimeWarning, stacklevel=2)
+            self._warned = True
+        self._unconverged, self._worst_error = 0, 0.0
+        return {"sinkhorn_unconverged": float(count)}
+
+
+def _refresh_warm(module: OTLoss, incompatible_keys) -> None:
+    module._warm = bool(module.g_count > 0)  # after a checkpoint's buffers are loaded
+
+
+class SoftKMeans(ClusteringLoss):
+    """Soft k-means, the OT loss without the size constraint (the paper's Proposition 2; DKM): :func:`soft_kmeans_loss`.
+
+    Args:
+        epsilon: the temperature, in units of ``||z - mu||^2``.
+        form: ``"softmin"`` (default: the entropic value, the OT loss without the size constraint) or ``"expected"``
+            (DKM's own loss, the expected distance under the soft assignment).
+    """
+
+    tag = "soft_kmeans"
+
+    def __init__(self, epsilon: float = 0.01, form: Literal["softmin", "expected"] = "softmin") -> None:
+        super().__init__()
+        _check_epsilon(epsilon)
+        if form not in ("softmin", "expected"):
+            raise ValueError(f"form must be 'softmin' or 'expected', got {form!r}")
+        self.epsilon, self.form = epsilon, form
+
+    def forward(self, z: Tensor, centers: Tensor, proportions: Tensor) -> tuple[Tensor, dict[str, Tensor | float]]:
+        distance, _ = _scale(z, centers, self.epsilon)
+        loss = soft_kmeans_loss(z, centers, epsilon=self.epsilon, form=self.form)
+        return loss, {"epsilon": self.epsilon, "scale": distance.mean() / self.epsilon}

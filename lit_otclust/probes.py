@@ -73,7 +73,8 @@ def embedding_scale(ckpts: list[str], data_dir: str = "data", epsilon: float = 1
         encoder, state = encoder_from_checkpoint(ckpt)
         z = _embed(encoder, x)
         dist = rel = "—"
-        if state["hyper_parameters"]["clustering"] != "none":
+        hparams = state["hyper_parameters"]  # `loss` (None: AE + k-means), or `clustering` before it
+        if hparams.get("loss", hparams.get("clustering")) not in (None, "none"):
             d = nearest_distance(z, state["state_dict"]["centers"])
             dist, rel = f"{d:.3f}", f"{epsilon / d:.4f}"
         print(f"| {Path(ckpt).parents[1].name} | {state['epoch']} | {z.std(0).mean():.3f} | {dist} | {rel} |",

@@ -24,13 +24,13 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from typing import Callable, NamedTuple, TypeVar
+from typing import Callable, NamedTuple, Protocol, TypeVar
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
-__all__ = ["NonFiniteCostError", "SinkhornResult", "squared_distances", "sinkhorn", "sinkhorn_algorithm1",
+__all__ = ["NonFiniteCostError", "SOLVERS", "SinkhornResult", "squared_distances", "sinkhorn", "sinkhorn_algorithm1",
            "sinkhorn_fixed"]
 
 # Epsilon scaling: each stage divides epsilon by this factor and runs a few iterations warm-started from
@@ -503,11 +503,11 @@ def sinkhorn_algorithm1(cost: Tensor, b: Tensor | None = None, *, epsilon: float
         a \leftarrow \frac{\mathbf{1}_n / n}{M b}, \quad b \leftarrow \frac{w}{M^\top a}, \quad
         M = e^{-C/\epsilon}, \quad P = \mathrm{diag}(a) M \mathrm{diag}(b),
 
-    run in the log domain (the same iterates where :math:`e^{-C/\epsilon}` does not underflow; the paper's kernel
-    form underflows in float32 once :math:`C/\epsilon > 87`). The column update comes last, so the plan's
-    cluster sizes are exactly ``b`` after any number of iterations and its rows are loose; :func:`sinkhorn`
-    enforces the rows and solves to a tolerance instead. Not warm-started, no epsilon scaling, no Newton
-    steps: what a plain implementation of the paper runs. Differentiable by autograd through the iterations
+    run in the log domain: :func:`sinkhorn_fixed` from a cold start (the same iterates where :math:`e^{-C/\epsilon}`
+    does not underflow; the paper's kernel form underflows in float32 once :math:`C/\epsilon > 87`). The column update
+    comes last, so the plan's cluster sizes are exactly ``b`` after any number of iterations and its rows are loose;
+    :func:`sinkhorn` enforces the rows and solves to a tolerance instead. Not warm-started, no epsilon scaling, no
+    Newton steps: what a plain implementation of the paper runs. Differentiable by autograd through the iterations
     when ``cost`` requires grad. Single process.
 
     Args:
@@ -524,22 +524,12 @@ def sinkhorn_algorithm1(cost: Tensor, b: Tensor | None = None, *, epsilon: float
         raise NonFiniteCostError("`cost` contains NaN or Inf")
     if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
         raise ValueError(f"`epsilon` must be a finite number > 0, got {epsilon!r}")
-    if n_iter < 1:
-        raise ValueError(f"`n_iter` must be >= 1, got {n_iter}")
-    n, k = cost.shape
-    b, b_zero = _check_weights(b, k, "b", _Group(False), cost)
+    b, b_zero = _check_weights(b, cost.shape[1], "b", _Group(False), cost)
     if b_zero:
         raise ValueError("`b` must be positive for Algorithm 1 (a zero proportion makes log(b) -inf)")
-    log_a, log_b = torch.full((n,), -math.log(n), dtype=cost.dtype, device=cost.device), b.to(cost).log()
-    g = cost.new_zeros(k)  # b = 1
-    for _ in range(n_iter):
-        f = epsilon * (log_a - torch.logsumexp((g[None, :] - cost) / epsilon, 1))  # (n,)
-        g = epsilon * (log_b - torch.logsumexp((f[:, None] - cost) / epsilon, 0))  # (K,)
-    shift = (b.to(cost) * g).sum()
-    f, g = f + shift, g - shift
-    plan = torch.exp((f[:, None] + g[None, :] - cost) / epsilon)
-    err = (plan.detach().sum(1) - 1.0 / n).abs().sum().item()
-    return SinkhornResult(plan, f, g, n_iter, err, err < 1e-5)
+    res = sinkhorn_fixed(cost, b, None, epsilon=epsilon, n_iter=n_iter)
+    err = float(res.marginal_error)
+    return SinkhornResult(res.plan, res.f, res.g, n_iter, err, err < 1e-5)
 
 
 @_full_precision
@@ -586,3 +576,33 @@ def sinkhorn_fixed(cost: Tensor, b: Tensor | None = None, g_init: Tensor | None 
     plan = torch.exp((f[:, None] + g - cost) / epsilon)
     err = group.sum((plan.detach().sum(1) - log_a.exp()).abs().sum())
     return SinkhornResult(plan, f, g, n_iter, err, False)
+
+
+class Solver(Protocol):
+    """The signature every entry of :data:`SOLVERS` shares: the plan of ``cost`` (n, K) towards the column weights
+    ``b`` (K,), warm-started from the column potential ``g_init`` (K,) where the solver takes one. ``iters``: the
+    iterations of the fixed-length solves; ``max_iter`` and ``tol``: the stopping rule of the solve to a tolerance
+    (whose iteration cap ``max_iter`` is also Algorithm 1's fixed count); each solver reads the ones it needs."""
+
+    def __call__(self, cost: Tensor, b: Tensor | None, g_init: Tensor | None, *, epsilon: float, iters: int,
+                 max_iter: int, tol: float, reg_m: float | None, distributed: bool, warn: bool) -> SinkhornResult: ...
+
+
+def _solver_fixed(cost, b, g_init, *, epsilon, iters, max_iter, tol, reg_m, distributed, warn):
+    return sinkhorn_fixed(cost, b, g_init, epsilon=epsilon, n_iter=iters, reg_m=reg_m, distributed=distributed)
+
+
+def _solver_solve(cost, b, g_init, *, epsilon, iters, max_iter, tol, reg_m, distributed, warn):
+    return sinkhorn(cost, None, b, epsilon=epsilon, max_iter=max_iter, tol=tol, reg_m=reg_m, g_init=g_init,
+                    distributed=distributed, warn=warn)
+
+
+def _solver_algorithm1(cost, b, g_init, *, epsilon, iters, max_iter, tol, reg_m, distributed, warn):
+    if reg_m is not None or _Group(distributed).active:
+        raise ValueError("solver='algorithm1' is the paper's balanced, single-process Sinkhorn: "
+                         "use solver='solve' with reg_m or several processes")
+    return sinkhorn_algorithm1(cost, b, epsilon=epsilon, n_iter=max_iter)
+
+
+# The training solves by name (:class:`lit_otclust.losses.OTLoss`'s ``solver``): one signature, :class:`Solver`.
+SOLVERS: dict[str, Solver] = {"fixed": _solver_fixed, "solve": _solver_solve, "algorithm1": _solver_algorithm1}

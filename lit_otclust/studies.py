@@ -52,6 +52,8 @@ from typing import Any, Iterator
 
 import yaml
 
+from lit_otclust.legacy import translate
+
 REPO = Path(__file__).resolve().parents[1]  # for the commit of the code only: configs come from the study file
 CURVE_KEYS = ("val/acc", "val/acc_potential", "val/nmi", "val/ari", "heldout/acc", "train/loss",
               "train/recon", "train/cluster", "train/sinkhorn_iters", "train/plan_moved", "train/sinkhorn_unconverged",
@@ -110,7 +112,7 @@ class Run:
         cmd = [python, "-m", "lit_otclust", "fit", "--config", self.config, "--seed_everything", str(self.seed),
                "--trainer.default_root_dir", str(self.root), "--trainer.enable_progress_bar", "false",
                "--trainer.enable_model_summary", "false"]
-        for key, value in self.settings.items():
+        for key, value in translate(self.config, self.settings).items():  # a committed study's flags of before
             cmd += [f"--{key}", value]
         if not self.done and (self.root / "checkpoints" / "last.ckpt").exists():
             cmd += ["--ckpt_path", "last"]

@@ -28,7 +28,7 @@ def test_gpu_check_dry_run_prints_the_gpu_commands():
     fit, concurrent = stages[3], stages[4]
     for line in (fit, concurrent):
         assert "--epochs 5 20" in line and "--data.init_args.on_device true" in line
-        assert "--trainer.accelerator gpu --trainer.devices 1" in line and "--model.sinkhorn_solver fixed" in line
+        assert "--trainer.accelerator gpu --trainer.devices 1" in line and "--model.loss.init_args.solver fixed" in line
     for mode in ("false", "default", "reduce-overhead"):
         assert f"--model.compile\\ {mode}" in fit
     assert "--concurrent 1 2 4 8" in concurrent
@@ -55,7 +55,7 @@ def test_gpu_check_runs_every_stage_on_the_cpu(data_dir):
 @pytest.mark.slow
 @pytest.mark.parametrize("args", [
     ["benchmarks.bench_fit", "--epochs", "1", "2", "--rounds", "1", "--variant", "fixed",
-     "--model.sinkhorn_solver fixed --model.sinkhorn_iters 3", "--bare", "fixed", "--data.init_args.subset", "600"],
+     "--model.loss.init_args.solver fixed --model.loss.init_args.iters 3", "--bare", "fixed", "--data.init_args.subset", "600"],
     ["benchmarks.bench_sinkhorn", "--rounds", "1", "--sizes", "300", "10", "--eps", "0.1"],
     ["benchmarks.bench_data", "--datasets", "mnist", "--rounds", "1"],
     ["benchmarks.bench_eval_batch", "--sizes", "5000", "--rounds", "1"],

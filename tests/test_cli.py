@@ -22,10 +22,11 @@ import torch
 import wandb
 from scipy.optimize import linear_sum_assignment
 
-from lit_otclust.callbacks import PhaseSwitch
 from lit_otclust.cli import EPOCH_END_ONLY, OTClusterCLI, cores_oversubscribed, default_loggers, main
 from lit_otclust.data import MNISTDataModule
+from lit_otclust.losses import OTLoss, SoftKMeans
 from lit_otclust.models import MLPAutoencoder
+from lit_otclust.phases import PhaseSwitch
 from lit_otclust.startup import wandb_credentials_found
 from lit_otclust.system import DeepClustering
 from _runs import REPO, SMOKE, epoch_metrics
@@ -232,7 +233,7 @@ def test_a_bf16_mixed_fit_trains_draws_and_evaluates_in_full_precision(data_dir,
     module = cli.trainer.lightning_module
     assert cli.trainer.precision == "bf16-mixed"
     _, _, z = module.eval_embeddings["val"]
-    assert z.dtype == torch.float32 and torch.isfinite(module.g_avg).all()
+    assert z.dtype == torch.float32 and torch.isfinite(module.loss.g_avg).all()
     assert (tmp_path / "bf16" / "figures" / "plan_final.png").exists()
     bf16 = cli.trainer.callback_metrics
     assert float(bf16["train/sinkhorn_unconverged"]) == 0
@@ -306,8 +307,8 @@ def test_every_training_config_builds(config, monkeypatch):
     assert tuple(model.autoencoder.input_shape) == tuple(dm.input_shape)
     stem = config.removesuffix(".yaml")
     method = stem.split("_", 1)[-1]
-    expected = "none" if method == "ae_kmeans" else "soft_kmeans" if method.startswith("soft_kmeans") else "ot"
-    assert model.hparams.clustering == expected
+    expected = None if method == "ae_kmeans" else SoftKMeans if method.startswith("soft_kmeans") else OTLoss
+    assert (model.loss is None) if expected is None else type(model.loss) is expected
     switch = next(cb for cb in cli.trainer.callbacks if isinstance(cb, PhaseSwitch))
     assert (switch.pretrain_epochs > 0) == (stem.endswith("_p") or stem == "smoke")
 
@@ -323,14 +324,14 @@ def test_only_the_named_subcommands_parser_is_built_and_it_parses_as_before(subc
     bench_startup --cli); the config it parses is the one the four parsers gave, and `--help` or a typo still sees all
     four (the entry module's test below)."""
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    argv = [subcommand, "--config", SMOKE, "--trainer.logger", "false", "--model.epsilon", "0.05"]
+    argv = [subcommand, "--config", SMOKE, "--trainer.logger", "false", "--model.loss.init_args.epsilon", "0.05"]
     cli = _ParseOnly(DeepClustering, L.LightningDataModule, subclass_mode_data=True, args=argv)
     assert list(cli._subcommand_parsers) == [subcommand] and cli.ran == subcommand
     monkeypatch.setattr(OTClusterCLI, "subcommands", staticmethod(LightningCLI.subcommands))  # Lightning's, all four
     every = _ParseOnly(DeepClustering, L.LightningDataModule, subclass_mode_data=True, args=argv)
     assert len(every._subcommand_parsers) == 4
     assert cli.config[subcommand] == every.config[subcommand]
-    assert cli.model.hparams.epsilon == every.model.hparams.epsilon == 0.05
+    assert cli.model.loss.epsilon == every.model.loss.epsilon == 0.05
 
 
 @pytest.mark.slow  # subprocesses

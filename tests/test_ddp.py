@@ -69,7 +69,7 @@ def test_two_ranks_train_what_one_process_trains_on_the_global_batch(data_dir, t
         torch.testing.assert_close(ddp_state[name], value, rtol=1e-9, atol=1e-11,
                                    msg=lambda m, name=name: f"{name}: {m}")
     # The Sinkhorn potential is the global problem's: a wrong 1/n (per rank instead of global) moves it by eps*log 2.
-    torch.testing.assert_close(ddp_state["g_last"], ref.model.g_last, rtol=0, atol=1e-9)
+    torch.testing.assert_close(ddp_state["loss.g_last"], ref.model.loss.g_last, rtol=0, atol=1e-9)
 
 
 class GlobalBatches:

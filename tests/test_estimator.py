@@ -192,7 +192,7 @@ def _cli_fit_then_predict(npz: Path, root: Path, extra: list[str]) -> np.ndarray
               "--data.num_classes", "3", "--data.batch_size", "40", "--model.autoencoder",
               "lit_otclust.models.MLPAutoencoder", "--model.autoencoder.init_args.hidden_dims", "[16]",
               "--model.autoencoder.init_args.latent_dim", "4", "--model.clustering_weight", "0.1",
-              "--model.sinkhorn_solver", "fixed", "--phases.kmeans_n_init", "1", "--trainer.default_root_dir",
+              "--model.loss", "lit_otclust.losses.OTLoss", "--phases.kmeans_n_init", "1", "--trainer.default_root_dir",
               str(root), "--trainer.logger", "false", "--trainer.enable_progress_bar", "false", *extra]
     main(["fit", *common, "--trainer.max_epochs", "3"])
     main(["predict", *common, "--ckpt_path", str(root / "checkpoints" / "last.ckpt")])

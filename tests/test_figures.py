@@ -19,7 +19,8 @@ from torch import nn
 from lit_otclust.cli import OTClusterCLI, main, run_tags
 from lit_otclust.data import InMemoryDataset, passthrough
 from lit_otclust.experiments import read_curves
-from lit_otclust.figures import FIGURE_NAMES, ClusterFigures, batch_plan, read_confusion_csv
+from lit_otclust.figures import FIGURE_NAMES, ClusterFigures, read_confusion_csv
+from lit_otclust.losses import OTLoss, SoftKMeans
 from lit_otclust.metrics import hungarian_accuracy
 from lit_otclust.models import ConvAutoencoder
 from lit_otclust.plots import (confusion_figure, display_images, embedding_figure, gallery_figure, matched_confusion,
@@ -171,11 +172,12 @@ def test_checkpoints_go_to_wandb_only_when_asked_and_online(tmp_path, monkeypatc
 
 
 def test_run_tags_name_the_method_and_the_data():
-    config = {"model": {"clustering": "none"}, "phases": {"pretrain_epochs": 0},
+    config = {"phases": {"pretrain_epochs": 0},
               "data": {"class_path": "lit_otclust.data.CIFAR10DataModule", "init_args": {}}}
-    assert run_tags(config) == ["ae_kmeans", "CIFAR10DataModule"]
-    config["model"]["clustering"], config["phases"]["pretrain_epochs"] = "soft_kmeans", 50
-    assert run_tags(config) == ["soft_kmeans_p", "CIFAR10DataModule"]
+    assert run_tags(config, None) == ["ae_kmeans", "CIFAR10DataModule"]
+    assert run_tags(config, OTLoss()) == ["ot", "CIFAR10DataModule"]
+    config["phases"]["pretrain_epochs"] = 50
+    assert run_tags(config, SoftKMeans()) == ["soft_kmeans_p", "CIFAR10DataModule"]
 
 
 @pytest.mark.parametrize("num_clusters", [6, 8], ids=["K=C", "K>C"])
@@ -257,7 +259,7 @@ class ImageData(L.LightningDataModule):
 def test_drawing_renders_colour_images_and_leaves_the_module_as_it_was(tmp_path):
     ae = ConvAutoencoder((3, 32, 32), channels=(4, 8), kernel_sizes=(3, 3), latent_dim=4)
     ae.encoder.append(nn.BatchNorm1d(4))  # its running statistics would move if embedding ran in train mode
-    model = DeepClustering(ae, num_clusters=3, proportions=[0.5, 0.3, 0.2], clustering="ot")
+    model = DeepClustering(ae, num_clusters=3, proportions=[0.5, 0.3, 0.2], loss=OTLoss(solver="solve"))
     model.joint = True
     model.centers.data.normal_(generator=torch.Generator().manual_seed(1))
     callback = ClusterFigures(gallery_size=4, max_points=50)
@@ -277,12 +279,12 @@ def test_drawing_renders_colour_images_and_leaves_the_module_as_it_was(tmp_path)
         assert torch.equal(value, before[name]), name
 
 
-def test_batch_plan_solves_the_models_problem_with_its_proportions():
+def test_the_drawn_plan_solves_the_models_problem_with_its_proportions():
     model = DeepClustering(ConvAutoencoder((3, 32, 32), channels=(4,), kernel_sizes=(3,), latent_dim=3),
-                           num_clusters=3, proportions=[0.6, 0.3, 0.1], epsilon=0.05)
+                           num_clusters=3, proportions=[0.6, 0.3, 0.1], loss=OTLoss(0.05))
     model.centers.data = torch.tensor([[0.0, 0, 0], [1, 0, 0], [0, 1, 0]])
     z = torch.randn(50, 3, generator=torch.Generator().manual_seed(0))
-    res = batch_plan(model, z)
+    res = model.loss.plan(z, model.centers, model.proportions)
     assert res.converged
     torch.testing.assert_close(res.plan.sum(0), torch.tensor([0.6, 0.3, 0.1]), atol=1e-4, rtol=0)
     torch.testing.assert_close(res.plan.sum(1), torch.full((50,), 1 / 50), atol=1e-6, rtol=0)

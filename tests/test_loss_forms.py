@@ -49,11 +49,11 @@ def test_fixed_solve_gradients_envelope_at_convergence_and_unrolled_by_finite_di
     centers.requires_grad_(True)
     grads = {}
     for solver, n in (("fixed", 3000), ("solve", 1000)):
-        loss, _ = ot_clustering_loss(z, centers, b, epsilon=1.0, max_iter=n, tol=1e-13, solver=solver)
+        loss, _ = ot_clustering_loss(z, centers, b, epsilon=1.0, iters=n, max_iter=n, tol=1e-13, solver=solver)
         grads[solver] = torch.autograd.grad(loss, centers)[0]
     torch.testing.assert_close(grads["fixed"], grads["solve"], rtol=1e-8, atol=1e-10)
     assert torch.autograd.gradcheck(
-        lambda c: ot_clustering_loss(z, c, b, epsilon=1.0, gradient="unrolled", max_iter=3, solver="fixed")[0],
+        lambda c: ot_clustering_loss(z, c, b, epsilon=1.0, gradient="unrolled", iters=3, solver="fixed")[0],
         (centers.detach().clone().requires_grad_(True),))
 
 
@@ -65,7 +65,7 @@ def test_fixed_solve_reads_nothing_back_to_the_host():
     b = torch.full((10,), 0.1, device="meta")
     res = sinkhorn_fixed(cost, b, torch.zeros(10, device="meta"), epsilon=0.01, n_iter=10)
     assert res.plan.shape == (300, 10) and res.marginal_error.device.type == "meta"
-    loss, _ = ot_clustering_loss(z, centers, b, epsilon=0.01, max_iter=10, solver="fixed")
+    loss, _ = ot_clustering_loss(z, centers, b, epsilon=0.01, iters=10, solver="fixed")
     loss.backward()
     assert centers.grad.shape == (10, 10)
     with pytest.raises((RuntimeError, NotImplementedError)):

@@ -12,10 +12,11 @@ import torch
 import torchvision
 
 from lit_otclust import studies
-from lit_otclust.callbacks import PhaseSwitch
-from lit_otclust.clustering import kmeans, labelled_examples, match_labels, match_sizes
+from lit_otclust.clustering import kmeans, match_sizes
 from lit_otclust.data import MNISTDataModule, geometric_proportions
+from lit_otclust.losses import OTLoss
 from lit_otclust.models import MLPAutoencoder
+from lit_otclust.phases import PhaseSwitch
 from lit_otclust.system import DeepClustering
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,27 +61,6 @@ def test_uniform_or_tied_proportions_keep_the_kmeans_order(K: int) -> None:
     assert order[0] == sizes.argmax() and order[1:].tolist() == sorted(order[1:].tolist())
 
 
-@pytest.mark.parametrize("K", [2, 3, 4, 5])
-@pytest.mark.parametrize("seed", range(5))
-def test_match_labels_maximises_the_agreement_by_brute_force(K: int, seed: int) -> None:
-    gen = torch.Generator().manual_seed(seed)
-    labels = torch.randint(K, (4 * K,), generator=gen)
-    nearest = torch.randint(K, (4 * K,), generator=gen)
-    order = match_labels(nearest, labels, K)
-    agreement = lambda perm: sum(int(((labels == k) & (nearest == j)).sum()) for k, j in enumerate(perm))  # noqa: E731
-    top, argmaxes = _brute_force(agreement, K, best=max)
-    assert tuple(order.tolist()) in argmaxes and agreement(tuple(order.tolist())) == top
-
-
-def test_labelled_examples_are_a_seeded_draw_per_class() -> None:
-    labels = torch.tensor([0] * 50 + [1] * 3 + [2] * 40)[torch.randperm(93, generator=torch.Generator().manual_seed(0))]
-    chosen = labelled_examples(labels, 5, 3, seed=1)
-    assert labels[chosen].tolist() == [0] * 5 + [1] * 3 + [2] * 5  # a class of 3 gives its 3
-    assert len(set(chosen.tolist())) == 13
-    assert torch.equal(chosen, labelled_examples(labels, 5, 3, seed=1))
-    assert not torch.equal(chosen, labelled_examples(labels, 5, 3, seed=2))
-
-
 # ---- PhaseSwitch's order on blobs whose answer is known ---------------------------------------
 
 W_BLOBS = torch.tensor([0.1, 0.7, 0.2])  # class k has proportion w_k
@@ -106,27 +86,9 @@ def _blob_of(centers: torch.Tensor) -> list[int]:
 def test_sizes_put_each_proportion_on_the_blob_of_that_size() -> None:
     z, labels, centers = _blobs()
     assert _blob_of(centers) == [2, 0, 1]  # the k-means order is wrong to begin with
-    order = PhaseSwitch(match_proportions="sizes").center_order(z, centers, W_BLOBS, labels)
+    order = PhaseSwitch(match_proportions="sizes").center_order(z, centers, W_BLOBS)
     assert _blob_of(centers[order]) == [0, 1, 2]
-    assert PhaseSwitch(match_proportions="none").center_order(z, centers, W_BLOBS, labels).tolist() == [0, 1, 2]
-
-
-def test_one_label_per_class_puts_each_proportion_on_its_class() -> None:
-    z, labels, centers = _blobs()
-    switch = PhaseSwitch(match_proportions="labels", labelled_per_class=1, seed=3)
-    order = switch.center_order(z, centers, W_BLOBS, labels)
-    assert _blob_of(centers[order]) == [0, 1, 2]
-    # Labels pin classes, not sizes: with w stating other sizes, class k still gets center k.
-    assert _blob_of(centers[switch.center_order(z, centers, torch.tensor([0.5, 0.25, 0.25]), labels)]) == [0, 1, 2]
-
-
-def test_labels_reads_only_the_chosen_labels() -> None:
-    z, labels, centers = _blobs()
-    switch = PhaseSwitch(match_proportions="labels", labelled_per_class=2, seed=3)
-    chosen = labelled_examples(labels, 2, 3, seed=3)
-    hidden = torch.full_like(labels, 99)  # every other label overwritten: the answer must not change
-    hidden[chosen] = labels[chosen]
-    assert torch.equal(switch.center_order(z, centers, W_BLOBS, hidden), switch.center_order(z, centers, W_BLOBS, labels))
+    assert PhaseSwitch(match_proportions="none").center_order(z, centers, W_BLOBS).tolist() == [0, 1, 2]
 
 
 # ---- PhaseSwitch in a fit ---------------------------------------------------------------------
@@ -145,7 +107,8 @@ class _Recording(PhaseSwitch):
 def _fit(data_dir, switch: PhaseSwitch, proportions, **data) -> DeepClustering:
     L.seed_everything(0)
     dm = MNISTDataModule(str(data_dir), download=False, fit_split="test", batch_size=100, **data)
-    module = DeepClustering(MLPAutoencoder(), num_clusters=len(proportions) if proportions else 10, proportions=proportions)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=len(proportions) if proportions else 10, loss=OTLoss(),
+                            proportions=proportions)
     L.Trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=0, logger=False, enable_checkpointing=False,
               callbacks=[switch], enable_progress_bar=False, enable_model_summary=False).fit(module, datamodule=dm)
     return module
@@ -176,11 +139,8 @@ def test_uniform_proportions_give_bit_identical_centers_to_no_matching(data_dir)
 def test_matching_settings_are_checked(data_dir) -> None:
     with pytest.raises(ValueError, match="match_proportions"):
         PhaseSwitch(match_proportions="hungarian")
-    with pytest.raises(ValueError, match="labelled_per_class"):
-        PhaseSwitch(labelled_per_class=0)
-    # Labels beyond the clusters (10 digits, 3 clusters) cannot pin one class per cluster.
-    with pytest.raises(ValueError, match="match_proportions='labels'"):
-        _fit(data_dir, PhaseSwitch(match_proportions="labels"), [0.2, 0.3, 0.5], subset=300)
+    with pytest.raises(ValueError, match="match_proportions"):
+        PhaseSwitch(match_proportions="labels")  # retired: no study used it
 
 
 # ---- two digits: the data module's ``classes`` -------------------------------------------------

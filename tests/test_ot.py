@@ -13,7 +13,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from lit_otclust.losses import ot_clustering_loss, soft_kmeans_loss
-from lit_otclust.sinkhorn import sinkhorn, sinkhorn_algorithm1, squared_distances
+from lit_otclust.sinkhorn import SOLVERS, sinkhorn, sinkhorn_algorithm1, squared_distances
 from _problems import _problem
 
 
@@ -85,6 +85,22 @@ def test_algorithm1_refuses_what_it_is_not():
         ot_clustering_loss(z, centers, b, epsilon=0.1, reg_m=1.0, solver="algorithm1")
     with pytest.raises(ValueError, match="solver"):
         ot_clustering_loss(z, centers, b, epsilon=0.1, solver="plain")
+
+
+@pytest.mark.parametrize("solver", sorted(SOLVERS))
+def test_the_solvers_agree_with_pot_where_all_converge(solver):
+    """Every entry of the solver table, given iterations enough, returns POT's plan (``ot.sinkhorn``) and transport
+    cost <P, C> (``ot.sinkhorn2``), both log-domain Sinkhorn solved to 1e-14, from one call signature."""
+    z, centers, _, b = _problem(40, 6, 3)
+    cost = squared_distances(z, centers)
+    a = np.full(40, 1.0 / 40)
+    ref = pot.sinkhorn(a, b.numpy(), cost.numpy(), 0.3, method="sinkhorn_log", stopThr=1e-14, numItermax=100_000)
+    value = pot.sinkhorn2(a, b.numpy(), cost.numpy(), 0.3, method="sinkhorn_log", stopThr=1e-14, numItermax=100_000)
+    res = SOLVERS[solver](cost, b, None, epsilon=0.3, iters=2000, max_iter=2000, tol=1e-13, reg_m=None,
+                          distributed=False, warn=True)
+    np.testing.assert_allclose(res.plan.numpy(), ref, rtol=0, atol=1e-10)
+    np.testing.assert_allclose((res.plan * cost).sum().item(), float(value), rtol=1e-9)
+    np.testing.assert_allclose(res.plan.sum(0).numpy(), b.numpy(), rtol=1e-9)
 
 
 def test_transport_cost_tends_to_emd():

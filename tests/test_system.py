@@ -8,10 +8,10 @@ import pytest
 import torch
 from sklearn.cluster import KMeans
 
-from lit_otclust.callbacks import PhaseSwitch
 from lit_otclust.data import MNISTDataModule
 from lit_otclust.models import ConvAutoencoder, MLPAutoencoder
-from lit_otclust.losses import ot_clustering_loss, soft_kmeans_loss
+from lit_otclust.losses import OTLoss, SoftKMeans, ot_clustering_loss, soft_kmeans_loss
+from lit_otclust.phases import PhaseSwitch
 from lit_otclust.system import DeepClustering
 
 
@@ -85,8 +85,8 @@ def test_relu_latent_is_the_linear_embedding_clipped_at_zero():
 
 
 def test_bad_settings_name_themselves():
-    with pytest.raises(ValueError, match="clustering"):
-        DeepClustering(MLPAutoencoder(), clustering="kmeans")
+    with pytest.raises(ValueError, match="assignment"):
+        DeepClustering(MLPAutoencoder(), assignment="nearest")
     with pytest.raises(ValueError, match="proportions"):
         DeepClustering(MLPAutoencoder(), num_clusters=3, proportions=[0.5, 0.5])
     with pytest.raises(ValueError, match="divisible"):
@@ -95,24 +95,24 @@ def test_bad_settings_name_themselves():
         PhaseSwitch(pretrain_epochs=-1)
 
 
-@pytest.mark.parametrize("clustering", ["ot", "soft_kmeans"])
-def test_clustering_loss_is_the_library_loss(clustering):
+@pytest.mark.parametrize("loss", [OTLoss(0.1, solver="solve"), SoftKMeans(0.1)])
+def test_clustering_loss_is_the_library_loss(loss):
     torch.manual_seed(0)
-    module = DeepClustering(MLPAutoencoder(), num_clusters=4, clustering=clustering, epsilon=0.1)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=4, loss=loss)
     module.centers.data.normal_()
     z = torch.randn(50, 10)
-    loss, _ = module.clustering_loss(z)
+    value, _ = module.loss(z, module.centers, module.proportions)
     w = torch.full((4,), 0.25)
-    expected = (ot_clustering_loss(z, module.centers, w, epsilon=0.1)[0] if clustering == "ot"
+    expected = (ot_clustering_loss(z, module.centers, w, epsilon=0.1, tol=1e-5)[0] if isinstance(loss, OTLoss)
                 else soft_kmeans_loss(z, module.centers, epsilon=0.1))
-    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(value, expected)
 
 
-@pytest.mark.filterwarnings("ignore:You are trying to `self.log\(\)`")
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")
 def test_the_training_loss_weights_warm_starts_and_averages_as_documented():
     """lambda, the warm start from the last batch's g and the running average of g, against the library."""
     torch.manual_seed(0)
-    module = DeepClustering(MLPAutoencoder(), num_clusters=4, epsilon=0.1, clustering_weight=0.25)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=4, loss=OTLoss(0.1, solver="solve"), clustering_weight=0.25)
     module.centers.data.normal_()
     module.joint = True
     w = torch.full((4,), 0.25)
@@ -122,45 +122,45 @@ def test_the_training_loss_weights_warm_starts_and_averages_as_documented():
         z, x_hat = module.autoencoder(x)
         loss = module.training_step((x, torch.zeros(40, dtype=torch.long), torch.arange(40)), step)
         warm = gs[-1] if gs else None
-        clust, res = ot_clustering_loss(z, module.centers, w, epsilon=0.1, g_init=warm, tol=module.hparams.sinkhorn_tol)
+        clust, res = ot_clustering_loss(z, module.centers, w, epsilon=0.1, g_init=warm, tol=module.loss.tol)
         recon = (x_hat - x).pow(2).sum(1).mean()
         torch.testing.assert_close(loss, recon + 0.25 * clust)
-        torch.testing.assert_close(module.g_last, res.g)
+        torch.testing.assert_close(module.loss.g_last, res.g)
         gs.append(res.g)
     centred = [g - g.mean() for g in gs]
-    torch.testing.assert_close(module.g_avg, sum(centred) / 3)  # a running mean over the first batches
-    assert int(module.g_count) == 3
+    torch.testing.assert_close(module.loss.g_avg, sum(centred) / 3)  # a running mean over the first batches
+    assert int(module.loss.g_count) == 3
 
 
 def test_a_loaded_state_dict_restores_the_phase_and_the_warm_start():
     """The step reads host copies of joint_phase and g_count > 0 (a GPU would stall on the buffers): loading a
     checkpoint's state dict must refresh them, so the resumed module warm-starts from its g_last like the original."""
     torch.manual_seed(0)
-    trained = DeepClustering(MLPAutoencoder(), num_clusters=4, epsilon=0.1)
+    trained = DeepClustering(MLPAutoencoder(), num_clusters=4, loss=OTLoss(0.1, solver="solve"))
     trained.centers.data.normal_()
     trained.joint = True
     batch = (torch.rand(40, 784), torch.zeros(40, dtype=torch.long), torch.arange(40))
     trained.training_step(batch, 0)
-    fresh = DeepClustering(MLPAutoencoder(), num_clusters=4, epsilon=0.1)
+    fresh = DeepClustering(MLPAutoencoder(), num_clusters=4, loss=OTLoss(0.1, solver="solve"))
     assert not fresh.joint
     fresh.load_state_dict(trained.state_dict())
     assert fresh.joint
     loss = fresh.training_step(batch, 1)
     z, x_hat = fresh.autoencoder(batch[0])
-    clust, _ = ot_clustering_loss(z, fresh.centers, torch.full((4,), 0.25), epsilon=0.1, g_init=trained.g_last,
-                                  tol=fresh.hparams.sinkhorn_tol)
+    clust, _ = ot_clustering_loss(z, fresh.centers, torch.full((4,), 0.25), epsilon=0.1, g_init=trained.loss.g_last,
+                                  tol=fresh.loss.tol)
     torch.testing.assert_close(loss, (x_hat - batch[0]).pow(2).sum(1).mean() + clust)
-    fresh.load_state_dict(DeepClustering(MLPAutoencoder(), num_clusters=4, epsilon=0.1).state_dict())
-    assert not fresh.joint and not fresh._warm
+    fresh.load_state_dict(DeepClustering(MLPAutoencoder(), num_clusters=4, loss=OTLoss(0.1)).state_dict())
+    assert not fresh.joint and not fresh.loss._warm
 
 
 @pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")
 def test_the_algorithm1_solver_runs_the_papers_sinkhorn_cold_every_batch():
-    """sinkhorn_solver='algorithm1': each batch's loss is the library's Algorithm 1 from b = 1 (no warm start from
-    the previous batch), n_iter = sinkhorn_max_iter, and its loose rows are not counted as unconverged."""
+    """solver='algorithm1': each batch's loss is the library's Algorithm 1 from b = 1 (no warm start from the
+    previous batch), n_iter = max_iter, and its loose rows are not counted as unconverged."""
     torch.manual_seed(0)
-    module = DeepClustering(MLPAutoencoder(), num_clusters=4, epsilon=0.1, clustering_weight=0.25,
-                            sinkhorn_solver="algorithm1", sinkhorn_max_iter=5, gradient="unrolled")
+    module = DeepClustering(MLPAutoencoder(), num_clusters=4, clustering_weight=0.25,
+                            loss=OTLoss(0.1, solver="algorithm1", max_iter=5, gradient="unrolled"))
     module.centers.data.normal_()
     module.joint = True
     w = torch.full((4,), 0.25)
@@ -171,22 +171,22 @@ def test_the_algorithm1_solver_runs_the_papers_sinkhorn_cold_every_batch():
         clust, res = ot_clustering_loss(z, module.centers, w, epsilon=0.1, gradient="unrolled", max_iter=5,
                                         solver="algorithm1")
         torch.testing.assert_close(loss, (x_hat - x).pow(2).sum(1).mean() + 0.25 * clust)
-        torch.testing.assert_close(module.g_last, res.g)
-        assert not res.converged and module._unconverged == 0
+        torch.testing.assert_close(module.loss.g_last, res.g)
+        assert not res.converged and module.loss._unconverged == 0
     assert module._train_sums["sinkhorn_iters"] == 10.0
     with pytest.raises(ValueError, match="algorithm1"):
-        DeepClustering(MLPAutoencoder(), sinkhorn_solver="algorithm1", reg_m=1.0)
-    with pytest.raises(ValueError, match="sinkhorn_solver"):
-        DeepClustering(MLPAutoencoder(), sinkhorn_solver="plain")
+        OTLoss(solver="algorithm1", reg_m=1.0)
+    with pytest.raises(ValueError, match="solver"):
+        OTLoss(solver="plain")
 
 
 @pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`")
 def test_the_fixed_solver_warm_starts_from_the_last_batch_and_keeps_its_error_on_the_device():
-    """sinkhorn_solver='fixed': each batch's loss is the library's fixed solve of sinkhorn_iters iterations from the
-    previous batch's g; the error statistic stays a tensor (summed per epoch), nothing is counted as unconverged."""
+    """solver='fixed': each batch's loss is the library's fixed solve of `iters` iterations from the previous
+    batch's g; the error statistic stays a tensor (summed per epoch), nothing is counted as unconverged."""
     torch.manual_seed(0)
-    module = DeepClustering(MLPAutoencoder(), num_clusters=4, epsilon=0.1, clustering_weight=0.25,
-                            sinkhorn_solver="fixed", sinkhorn_iters=4)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=4, clustering_weight=0.25,
+                            loss=OTLoss(0.1, solver="fixed", iters=4))
     module.centers.data.normal_()
     module.joint = True
     w, warm = torch.full((4,), 0.25), None
@@ -194,44 +194,45 @@ def test_the_fixed_solver_warm_starts_from_the_last_batch_and_keeps_its_error_on
         x = torch.rand(40, 784)
         z, x_hat = module.autoencoder(x)
         loss = module.training_step((x, torch.zeros(40, dtype=torch.long), torch.arange(40)), step)
-        clust, res = ot_clustering_loss(z, module.centers, w, epsilon=0.1, max_iter=4, g_init=warm, solver="fixed")
+        clust, res = ot_clustering_loss(z, module.centers, w, epsilon=0.1, iters=4, g_init=warm, solver="fixed")
         torch.testing.assert_close(loss, (x_hat - x).pow(2).sum(1).mean() + 0.25 * clust)
-        torch.testing.assert_close(module.g_last, res.g)
+        torch.testing.assert_close(module.loss.g_last, res.g)
         torch.testing.assert_close(res.plan.sum(0), w)  # exact cluster sizes after any number of iterations
         warm = res.g
-    assert isinstance(module._train_sums["sinkhorn_error"], torch.Tensor) and module._unconverged == 0
+    assert isinstance(module._train_sums["sinkhorn_error"], torch.Tensor) and module.loss._unconverged == 0
     assert module._train_sums["sinkhorn_iters"] == 12.0 and "sinkhorn_converged" not in module._train_sums
-    with pytest.raises(ValueError, match="sinkhorn_iters"):
-        DeepClustering(MLPAutoencoder(), sinkhorn_solver="fixed", sinkhorn_iters=0)
+    with pytest.raises(ValueError, match="iters"):
+        OTLoss(solver="fixed", iters=0)
 
 
 def test_the_soft_kmeans_form_picks_dkms_expected_distance():
     torch.manual_seed(0)
-    module = DeepClustering(MLPAutoencoder(), num_clusters=4, clustering="soft_kmeans", epsilon=0.1,
-                            soft_kmeans_form="expected")
+    module = DeepClustering(MLPAutoencoder(), num_clusters=4, loss=SoftKMeans(0.1, form="expected"))
     module.centers.data.normal_()
     z = torch.randn(50, 10)
-    torch.testing.assert_close(module.clustering_loss(z)[0],
-                               soft_kmeans_loss(z, module.centers, epsilon=0.1, form="expected"))
-    assert not torch.isclose(module.clustering_loss(z)[0], soft_kmeans_loss(z, module.centers, epsilon=0.1))
-    with pytest.raises(ValueError, match="soft_kmeans_form"):
-        DeepClustering(MLPAutoencoder(), clustering="soft_kmeans", soft_kmeans_form="dkm")
+    value = module.loss(z, module.centers, module.proportions)[0]
+    torch.testing.assert_close(value, soft_kmeans_loss(z, module.centers, epsilon=0.1, form="expected"))
+    assert not torch.isclose(value, soft_kmeans_loss(z, module.centers, epsilon=0.1))
+    with pytest.raises(ValueError, match="form"):
+        SoftKMeans(form="dkm")
 
 
 def test_potential_assignment_shifts_by_g():
-    module = DeepClustering(MLPAutoencoder(latent_dim=1), num_clusters=2)
+    module = DeepClustering(MLPAutoencoder(latent_dim=1), num_clusters=2, loss=OTLoss())
     module.centers.data = torch.tensor([[0.0], [1.0]])
     z = torch.tensor([[0.4], [0.6]])
     assert module.assign(z, "distance").tolist() == [0, 1]
-    module.g_avg.copy_(torch.tensor([0.5, 0.0]))  # cluster 0 made cheaper by 0.5
+    module.loss.g_avg.copy_(torch.tensor([0.5, 0.0]))  # cluster 0 made cheaper by 0.5
     assert module.assign(z, "potential").tolist() == [0, 0]
+    # A loss without a potential (soft k-means, none): the potential rule is the distance rule.
+    assert DeepClustering(MLPAutoencoder(latent_dim=1), num_clusters=2, loss=SoftKMeans()).assign(z, "potential").tolist() == [0, 0]
 
 
 def test_kmeans_init_matches_sklearn_on_the_embeddings(data_dir, tmp_path):
     """PhaseSwitch's centers are sklearn's k-means++ on f(x) of every fitted sample (a second code path)."""
     L.seed_everything(0)
     dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", subset=500, batch_size=100)
-    module = DeepClustering(MLPAutoencoder(), num_clusters=10)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=10, loss=OTLoss(solver="solve"))
     switch = PhaseSwitch(pretrain_epochs=0, kmeans_n_init=2, seed=3)
     trainer = L.Trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=0, logger=False,
                         enable_checkpointing=False, callbacks=[switch], enable_progress_bar=False,
@@ -249,7 +250,7 @@ def test_kmeans_init_matches_sklearn_on_the_embeddings(data_dir, tmp_path):
 
 def test_centers_do_not_move_while_pretraining(data_dir):
     dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", subset=300, batch_size=100)
-    module = DeepClustering(MLPAutoencoder(), num_clusters=10)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=10, loss=OTLoss(solver="solve"))
     module.centers.data.normal_()
     before = module.centers.detach().clone()
     enc_before = module.autoencoder.encoder[1][0].weight.detach().clone()
@@ -263,31 +264,11 @@ def test_centers_do_not_move_while_pretraining(data_dir):
     assert not torch.equal(module.autoencoder.encoder[1][0].weight, enc_before)
 
 
-@pytest.mark.parametrize("clustering", ["ot", "soft_kmeans"])
-def test_batch_mean_cost_is_scale_free(clustering):
-    """With cost_scale="batch_mean", shrinking the embedding (and centers) cannot lower the loss."""
-    torch.manual_seed(0)
-    module = DeepClustering(MLPAutoencoder(), num_clusters=4, clustering=clustering, cost_scale="batch_mean")
-    module.centers.data.normal_()
-    z = torch.randn(60, 10)
-    loss, _ = module.clustering_loss(z)
-    module.centers.data.mul_(0.1)
-    shrunk, _ = module.clustering_loss(0.1 * z)
-    torch.testing.assert_close(shrunk, loss, rtol=1e-5, atol=1e-6)
-    # The paper's unnormalised cost, by contrast, rewards the shrinking.
-    plain = DeepClustering(MLPAutoencoder(), num_clusters=4, clustering=clustering)
-    plain.centers.data.copy_(module.centers.data * 10)
-    big, _ = plain.clustering_loss(z)
-    plain.centers.data.mul_(0.1)
-    small, _ = plain.clustering_loss(0.1 * z)
-    assert small < 0.5 * big
-
-
 def test_switch_restarts_the_centers_adam_state_and_the_step_decay(data_dir):
     """At the switch the centers get a fresh Adam state and the step decay counts joint epochs only."""
     dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", subset=300, batch_size=100)
-    module = DeepClustering(MLPAutoencoder(), num_clusters=10, lr_decay_epochs=1, lr_decay_gamma=0.5,
-                            centers_lr_scale=4.0)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=10, loss=OTLoss(solver="solve"), lr_decay_epochs=1,
+                            lr_decay_gamma=0.5)
     trainer = L.Trainer(max_epochs=3, limit_val_batches=0, logger=False, enable_checkpointing=False,
                         callbacks=[PhaseSwitch(pretrain_epochs=2, kmeans_n_init=1)], enable_progress_bar=False,
                         enable_model_summary=False)
@@ -297,22 +278,8 @@ def test_switch_restarts_the_centers_adam_state_and_the_step_decay(data_dir):
     assert opt.state[module.autoencoder.encoder[1][0].weight]["step"].item() == 9
     assert opt.state[module.centers]["step"].item() == 3
     # The joint epoch ran at the initial lr (the schedule was restarted), then one decay step.
-    assert int(module.joint_start_epoch) == 2
     assert opt.param_groups[0]["lr"] == pytest.approx(0.5e-3)
-    assert opt.param_groups[1]["lr"] == pytest.approx(0.5e-3 * 4)  # centers_lr_scale, decayed alike
-
-
-def test_annealing_is_geometric_over_the_joint_epochs():
-    module = DeepClustering(MLPAutoencoder(), num_clusters=4, epsilon=0.01, anneal_epochs=4, epsilon_start=1.0,
-                            reg_m_start=0.1)
-    module.joint_start_epoch.fill_(-2)  # current_epoch is 0 without a trainer: two joint epochs done
-    eps, tau = module.schedule()
-    assert eps == pytest.approx(0.1)  # halfway in log space from 1 to 0.01
-    assert tau == pytest.approx((0.1 * 100.0) ** 0.5)  # from 0.1 to 1e4 * epsilon = 100
-    module.joint_start_epoch.fill_(-4)
-    assert module.schedule() == (0.01, None)  # balanced from anneal_epochs on
-    with pytest.raises(ValueError, match="epsilon_start"):
-        DeepClustering(MLPAutoencoder(), epsilon_start=0.0)
+    assert opt.param_groups[1]["lr"] == pytest.approx(0.5e-3)  # the centers decayed alike
 
 
 @pytest.mark.parametrize("kwargs,match", [
@@ -320,24 +287,34 @@ def test_annealing_is_geometric_over_the_joint_epochs():
     ({"proportions": [0.5, 0.4, 0.2]}, "sum to 1"),
     ({"proportions": [float("nan"), 0.5, 0.5]}, "proportions"),
     ({"num_clusters": 1, "proportions": None}, "num_clusters"),
-    ({"epsilon": 0.0}, "epsilon"),
-    ({"reg_m": -1.0}, "reg_m"),
 ])
 def test_settings_are_checked_when_the_module_is_built(kwargs, match):
     with pytest.raises(ValueError, match=match):
         DeepClustering(MLPAutoencoder(), **{"num_clusters": 3, **kwargs})
 
 
+@pytest.mark.parametrize("make,match", [
+    (lambda: OTLoss(epsilon=0.0), "epsilon"), (lambda: OTLoss(reg_m=-1.0), "reg_m"),
+    (lambda: OTLoss(gradient="backprop"), "gradient"), (lambda: OTLoss(max_iter=0), "max_iter"),
+    (lambda: SoftKMeans(epsilon=float("nan")), "epsilon"),
+])
+def test_each_loss_checks_its_own_settings(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
 def test_a_zero_proportion_keeps_the_potential_average_finite_elsewhere():
     """w_k = 0: cluster k takes no mass, its g stays -inf (never chosen by the potential rule), no NaN."""
     torch.manual_seed(0)
-    module = DeepClustering(MLPAutoencoder(latent_dim=2), num_clusters=3, proportions=[0.5, 0.5, 0.0], epsilon=0.1)
+    module = DeepClustering(MLPAutoencoder(latent_dim=2), num_clusters=3, proportions=[0.5, 0.5, 0.0],
+                            loss=OTLoss(0.1, solver="solve"))
     module.centers.data = torch.tensor([[0.0, 0.0], [3.0, 0.0], [0.0, 3.0]])
     z = torch.randn(60, 2) + torch.tensor([1.5, 1.5])
     for _ in range(3):
-        module.clustering_loss(z)
-    assert torch.isfinite(module.g_avg[:2]).all() and module.g_avg[2].item() == float("-inf")
-    assert module.g_avg[:2].sum().abs().item() < 1e-5  # the gauge: mean zero over the live clusters
+        module.loss(z, module.centers, module.proportions)
+    g_avg = module.loss.g_avg
+    assert torch.isfinite(g_avg[:2]).all() and g_avg[2].item() == float("-inf")
+    assert g_avg[:2].sum().abs().item() < 1e-5  # the gauge: mean zero over the live clusters
     assert (module.assign(z, "potential") != 2).all()
 
 
@@ -346,7 +323,7 @@ def test_a_non_finite_gradient_stops_the_step_and_names_the_parameter(bad):
     """The check before Adam's step: a finite loss can still give a NaN/inf gradient (an overflow in backward);
     it must stop before the step writes it into the weights, naming the parameter. Finite gradients pass,
     large ones included (a sum of squares overflows float32 from 1e19, a plain sum from 3e38)."""
-    module = DeepClustering(MLPAutoencoder(latent_dim=2), num_clusters=3)
+    module = DeepClustering(MLPAutoencoder(latent_dim=2), num_clusters=3, loss=OTLoss(solver="solve"))
     optimizer = module.configure_optimizers()["optimizer"]
     for big in (1e20, 3e38):
         for p in module.parameters():
@@ -368,12 +345,12 @@ def _tiny_fit(data_dir, module, switch, **trainer_kwargs):
 
 
 def test_phase_settings_are_checked_before_the_first_step(data_dir):
-    module = DeepClustering(MLPAutoencoder(), num_clusters=10)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=10, loss=OTLoss(solver="solve"))
     trainer, dm = _tiny_fit(data_dir, module, PhaseSwitch(pretrain_epochs=3), max_epochs=3)
     with pytest.raises(ValueError, match="pretrain_epochs"):
         trainer.fit(module, datamodule=dm)
     assert trainer.global_step == 0
-    many = DeepClustering(MLPAutoencoder(), num_clusters=200)
+    many = DeepClustering(MLPAutoencoder(), num_clusters=200, loss=OTLoss(solver="solve"))
     trainer, dm = _tiny_fit(data_dir, many, PhaseSwitch(pretrain_epochs=0), max_epochs=1)
     with pytest.raises(ValueError, match="batch_size"):
         trainer.fit(many, datamodule=dm)
@@ -384,13 +361,14 @@ def test_phase_settings_are_checked_before_the_first_step(data_dir):
 
 
 def test_a_checkpoint_of_another_config_names_the_setting(data_dir, tmp_path):
-    module = DeepClustering(MLPAutoencoder(), num_clusters=10)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=10, loss=OTLoss(solver="solve"))
     trainer, dm = _tiny_fit(data_dir, module, PhaseSwitch(pretrain_epochs=0, kmeans_n_init=1), max_epochs=1)
     trainer.fit(module, datamodule=dm)
     trainer.save_checkpoint(tmp_path / "k10.ckpt")
-    for other, match in ((DeepClustering(MLPAutoencoder(), num_clusters=5), "num_clusters"),
-                         (DeepClustering(MLPAutoencoder(latent_dim=4), num_clusters=10), "latent_dim"),
-                         (DeepClustering(MLPAutoencoder(hidden_dims=(400, 250)), num_clusters=10), "autoencoder")):
+    for other, match in ((DeepClustering(MLPAutoencoder(), num_clusters=5, loss=OTLoss(solver="solve")), "num_clusters"),
+                         (DeepClustering(MLPAutoencoder(latent_dim=4), num_clusters=10, loss=OTLoss(solver="solve")), "latent_dim"),
+                         (DeepClustering(MLPAutoencoder(hidden_dims=(400, 250)), num_clusters=10, loss=OTLoss(solver="solve")),
+                          "autoencoder")):
         trainer, dm = _tiny_fit(data_dir, other, PhaseSwitch(), max_epochs=1)
         with pytest.raises(ValueError, match=match):
             trainer.validate(other, datamodule=dm, ckpt_path=tmp_path / "k10.ckpt", verbose=False, weights_only=False)
@@ -403,7 +381,7 @@ def test_ae_kmeans_is_scored_by_sklearn_kmeans_and_validation_writes_nothing(dat
 
     L.seed_everything(0)
     dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", subset=500, batch_size=100)
-    module = DeepClustering(MLPAutoencoder(), num_clusters=10, clustering="none")
+    module = DeepClustering(MLPAutoencoder(), num_clusters=10, loss=None)
     trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, num_sanity_val_steps=0,
                         callbacks=[PhaseSwitch(pretrain_epochs=0, kmeans_n_init=2, seed=3)])
@@ -422,7 +400,7 @@ def test_ae_kmeans_is_scored_by_sklearn_kmeans_and_validation_writes_nothing(dat
 
 
 def test_unconverged_solves_are_counted_per_epoch_and_warned_about_once_per_run(data_dir):
-    module = DeepClustering(MLPAutoencoder(), num_clusters=10, sinkhorn_max_iter=2, sinkhorn_tol=1e-12)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=10, loss=OTLoss(solver="solve", max_iter=2, tol=1e-12))
     trainer, dm = _tiny_fit(data_dir, module, PhaseSwitch(pretrain_epochs=0, kmeans_n_init=1), max_epochs=2)
     with pytest.warns(RuntimeWarning, match="did not reach tol") as record:
         trainer.fit(module, datamodule=dm)
@@ -445,7 +423,7 @@ def test_kmeans_at_start_is_the_literal_algorithm_centers_of_the_untrained_encod
     path), then the same centers through pre-training and at the switch; "switch" refits them there."""
     L.seed_everything(0)
     dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", subset=300, batch_size=100)
-    module = DeepClustering(MLPAutoencoder(), num_clusters=10)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=10, loss=OTLoss(solver="solve"))
     dm.setup("fit")
     with torch.no_grad():
         z0 = module.autoencoder.encoder(dm.fit_set.x).double().numpy()
@@ -458,7 +436,7 @@ def test_kmeans_at_start_is_the_literal_algorithm_centers_of_the_untrained_encod
     np.testing.assert_allclose(seen.seen[0].numpy(), km.cluster_centers_, atol=1e-5)
     assert torch.equal(seen.seen[1], seen.seen[0]) and torch.equal(seen.seen[2], seen.seen[0])  # kept, evaluated as is
     L.seed_everything(0)
-    module = DeepClustering(MLPAutoencoder(), num_clusters=10)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=10, loss=OTLoss(solver="solve"))
     seen = _CentersAtEpochStart()
     trainer = L.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, num_sanity_val_steps=0,
@@ -472,7 +450,7 @@ def test_train_acc_is_the_evaluation_accuracy_when_nothing_moves(data_dir):
     must equal the evaluation's ``val/acc`` on the same (fitted) images, a second code path."""
     L.seed_everything(0)
     dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", subset=300, batch_size=100)
-    module = DeepClustering(MLPAutoencoder(), num_clusters=10, lr=0.0)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=10, loss=OTLoss(solver="solve"), lr=0.0)
     trainer = L.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, num_sanity_val_steps=0,
                         callbacks=[PhaseSwitch(pretrain_epochs=1, kmeans_n_init=1)])
@@ -489,7 +467,7 @@ def test_center_init_uniform_draws_dkm_centers_at_the_switch_whatever_the_embedd
     get the same centers); the pre-training evaluation before it still scored k-means centers."""
     L.seed_everything(init_seed)
     dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", subset=300, batch_size=100)
-    module = DeepClustering(MLPAutoencoder(), num_clusters=10, lr=0.0)  # lr 0: the centers stay as drawn
+    module = DeepClustering(MLPAutoencoder(), num_clusters=10, loss=OTLoss(solver="solve"), lr=0.0)  # lr 0: the centers stay as drawn
     seen = _CentersAtEpochStart()  # before PhaseSwitch in the list: sees the centers the last evaluation left
     trainer = L.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, num_sanity_val_steps=0,
@@ -510,7 +488,7 @@ def test_the_scores_do_not_depend_on_the_evaluation_batch_size(data_dir):
     python -m benchmarks.bench_eval_batch): the default, an odd size and one batch of everything give the
     same scores, held-out included."""
     torch.manual_seed(0)
-    module = DeepClustering(MLPAutoencoder(), num_clusters=10)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=10, loss=OTLoss(solver="solve"))
     results = []
     for size in (None, 37, 10_000):
         dm = MNISTDataModule(data_dir=str(data_dir), download=False, subset=1000, eval_batch_size=size)

@@ -413,8 +413,9 @@ def test_geometric_proportions_and_proportional_counts() -> None:
 
 @pytest.mark.slow
 def test_fit_warns_when_the_model_is_not_told_the_class_proportions(folders) -> None:
-    from lit_otclust.callbacks import PhaseSwitch
+    from lit_otclust.losses import OTLoss
     from lit_otclust.models import MLPAutoencoder
+    from lit_otclust.phases import PhaseSwitch
     from lit_otclust.system import DeepClustering
 
     w = [0.6, 0.3, 0.1]
@@ -422,7 +423,7 @@ def test_fit_warns_when_the_model_is_not_told_the_class_proportions(folders) -> 
     def fit(proportions: list[float] | None) -> list[str]:
         data = ImageFolderDataModule(str(folders["labelled"][0]), grayscale=True, batch_size=4, class_proportions=w)
         model = DeepClustering(MLPAutoencoder(data.input_shape, hidden_dims=(8,), latent_dim=2), num_clusters=3,
-                               proportions=proportions)
+                               loss=OTLoss(solver="solve"), proportions=proportions)
         trainer = L.Trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=0, logger=False,
                             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                             callbacks=[PhaseSwitch(kmeans_n_init=1)])
