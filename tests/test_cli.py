@@ -423,3 +423,21 @@ def test_a_non_finite_loss_stops_the_run_naming_epoch_step_and_term_and_keeps_th
     # Nothing non-finite reached the logs: the run stopped at the first bad step.
     for epoch, row in epoch_metrics(tmp_path).items():
         assert all(math.isfinite(v) for v in row.values()), (epoch, row)
+
+
+def test_a_removed_or_renamed_flag_says_where_it_went():
+    """Flags of before `model.loss` name their replacement; a retired option its result and the commit that runs it."""
+    with pytest.raises(SystemExit, match=r"cost_scale was removed .*RESULTS.md.*093e9ce"):
+        main(["fit", "--config", SMOKE, "--model.cost_scale", "batch_mean"])
+    with pytest.raises(SystemExit, match=r"--model.epsilon became --model.loss.init_args.epsilon"):
+        main(["fit", "--config", SMOKE, "--model.epsilon=0.1"])
+    with pytest.raises(SystemExit, match=r"--model.loss.class_path lit_otclust.losses.OTLoss"):
+        main(["fit", "--config", SMOKE, "--model.clustering", "soft_kmeans"])
+
+
+def test_a_checkpoint_of_before_the_loss_module_names_the_commit_that_reads_it():
+    module = DeepClustering(MLPAutoencoder(), loss=OTLoss())
+    old = {"state_dict": {"centers": module.centers.detach(), "g_avg": torch.zeros(10)},
+           "hyper_parameters": {"clustering": "ot", "epsilon": 0.01}}
+    with pytest.raises(ValueError, match="before the clustering loss became `model.loss`; commit 093e9ce"):
+        module.on_load_checkpoint(old)
