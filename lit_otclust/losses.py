@@ -128,7 +128,7 @@ def _check_epsilon(epsilon: float) -> None:
         raise ValueError(f"`epsilon` must be a finite number > 0, got {epsilon!r}")
 
 
-def _scale(z: Tensor, centers: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
+def _nearest(z: Tensor, centers: Tensor) -> tuple[Tensor, Tensor]:
     """Each point's squared distance to its nearest center (m,) and that center (m,), detached. Their mean over
     epsilon, the ``scale`` statistic: far below 1 every assignment is soft and the clustering term barely shapes
     the embedding; far above, nearly hard."""
@@ -246,7 +246,7 @@ class OTLoss(ClusteringLoss):
             self._value = torch.compile(ot_clustering_loss, mode=mode)
 
     def forward(self, z: Tensor, centers: Tensor, proportions: Tensor) -> tuple[Tensor, dict[str, Tensor | float]]:
-        distance, nearest = _scale(z, centers, self.epsilon)
+        distance, nearest = _nearest(z, centers)
         group = _Group(True)
         loss, res = self._value(
             z, centers, proportions, epsilon=self.epsilon, gradient=self.gradient, solver=self.solver,
@@ -329,6 +329,6 @@ class SoftKMeans(ClusteringLoss):
         self.epsilon, self.form = epsilon, form
 
     def forward(self, z: Tensor, centers: Tensor, proportions: Tensor) -> tuple[Tensor, dict[str, Tensor | float]]:
-        distance, _ = _scale(z, centers, self.epsilon)
+        distance, _ = _nearest(z, centers)
         loss = soft_kmeans_loss(z, centers, epsilon=self.epsilon, form=self.form)
         return loss, {"epsilon": self.epsilon, "scale": distance.mean() / self.epsilon}

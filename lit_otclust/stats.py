@@ -330,7 +330,7 @@ PAPER_P = {
 }
 PAPER_RUNS = 50
 # The paper's soft k-means is DKM (Fard et al.), whose loss is the expected distance under the soft assignment;
-# configs/mnist_soft_kmeans_dkm*.yaml train that form (model.soft_kmeans_form: expected), ours the soft-min.
+# configs/mnist_soft_kmeans_dkm*.yaml train that form (SoftKMeans(form="expected")), ours the soft-min.
 DKM_FORM = {"soft_kmeans": "soft_kmeans_dkm", "soft_kmeans_p": "soft_kmeans_dkm_p"}
 
 

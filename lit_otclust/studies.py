@@ -9,9 +9,9 @@ A study file (``configs/studies/NAME.yaml``)::
     runs:                                # blocks; a block takes every key above it does not set; its `set` wins
       - configs: [configs/mnist_ot.yaml, configs/mnist_soft_kmeans.yaml]
       - configs: [configs/mnist_ot.yaml]
-        grid: {model.reg_m_start: [0.01]}   # one run per value (several keys: their product)
-        set: {model.anneal_epochs: 20}
-        folder: anneal                   # records in out/anneal, for runs whose `set` differs from their neighbours'
+        grid: {model.loss.init_args.reg_m: [0.2]}   # one run per value (several keys: their product)
+        set: {model.lr_decay_gamma: 1.0}
+        folder: no_decay                 # records in out/no_decay, for runs whose `set` differs from their neighbours'
     report: {grid_key: model.epsilon}    # what `experiments report` writes besides the table and Figure 1
 
 A study without ``runs`` is one block. Config paths are read from the working directory, else from the study file's

@@ -215,7 +215,7 @@ class DeepClustering(L.LightningModule):
         bad = ", ".join(f"{name} = {float(value):g}" for name, value in terms.items() if not torch.isfinite(value))
         raise FloatingPointError(
             f"epoch {self.current_epoch}, step {self.global_step}: {bad or 'the loss is not finite'}. Training "
-            "stopped; the last checkpoint written holds the last good state. Lower model.lr, raise model.epsilon, "
+            "stopped; the last checkpoint written holds the last good state. Lower model.lr, raise the loss's epsilon, "
             "or check the input data for NaN/inf.")
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:

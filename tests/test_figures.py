@@ -114,7 +114,7 @@ def test_fit_draws_every_figure_to_disk_and_to_an_offline_wandb_run_set_up_by_ep
     for r in records:
         if r.WhichOneof("record_type") == "config":
             config.update({u.key: json.loads(u.value_json) for u in r.config.update})
-    assert config["model"]["clustering"] == "ot"
+    assert config["model"]["loss"]["class_path"] == "lit_otclust.losses.OTLoss"
     assert config["model"]["autoencoder"]["class_path"].endswith("MLPAutoencoder")
     assert config["data"]["class_path"] == "lit_otclust.data.MNISTDataModule"
     assert config["data"]["init_args"]["subset"] == 1000
