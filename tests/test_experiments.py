@@ -834,7 +834,8 @@ def test_a_studys_fits_are_wandb_runs_grouped_by_study_column_and_seed(data_dir,
     config = {item.key: json.loads(item.value_json) for r in records
               if r.WhichOneof("record_type") == "config" for item in r.config.update}
     config.update({item.key: json.loads(item.value_json) for item in first.config.update})
-    assert config["study"] == str(study_file) and config["model"]["epsilon"] == 0.05
+    # The old flag of the study (model.epsilon) ran as the loss's (legacy.translate).
+    assert config["study"] == str(study_file) and config["model"]["loss"]["init_args"]["epsilon"] == 0.05
     record = json.loads(run.record.read_text())
     assert record["cpu"] and record["cpu"] in Path("/proc/cpuinfo").read_text() and record["gpu"] is None
     capsys.readouterr()
