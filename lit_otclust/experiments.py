@@ -24,6 +24,7 @@ import argparse
 import os
 import sys
 
+from lit_otclust.legacy import RetiredOption
 # The statistics and the reports live in their own modules; every name stays importable from here.
 from lit_otclust.reports import (IMBALANCED_METHODS, IMBALANCED_PAIRS, IMBALANCED_SETS,  # noqa: F401
                                  _grid_markdown, _grid_points, _grid_runs, confused, confusion_report, figures,
@@ -103,14 +104,17 @@ def main(argv: list[str] | None = None) -> int:
             study = study.only(args.only)
         except ValueError as err:  # a typo in a pattern: the message, not a traceback
             parser.error(str(err))
-    if args.run is not None:
-        return run_named(study, args.run, args.threads, args.wandb)
-    if args.dry_run:
-        dry_run(study)
-    if args.launcher == "slurm":
-        submit_slurm(study, args.threads, args.jobs, args.slurm_option, args.sbatch, args.dry_run)
-        return 0
-    return 0 if args.dry_run else run_local(study, args.jobs or 1, args.threads, args.wandb)
+    try:
+        if args.run is not None:
+            return run_named(study, args.run, args.threads, args.wandb)
+        if args.dry_run:
+            dry_run(study)
+        if args.launcher == "slurm":
+            submit_slurm(study, args.threads, args.jobs, args.slurm_option, args.sbatch, args.dry_run)
+            return 0
+        return 0 if args.dry_run else run_local(study, args.jobs or 1, args.threads, args.wandb)
+    except RetiredOption as err:  # a run names an option since retired: where its result is, not a traceback
+        parser.error(str(err))
 
 
 if __name__ == "__main__":

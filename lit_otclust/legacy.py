@@ -27,6 +27,10 @@ RETIRED = {"model.ot_loss_form": _RECIPE, "model.transport_iters": _RECIPE, "mod
            "model.seed": "no run (it was never read)", "phases.labelled_per_class": "no run (no study used it)"}
 
 
+class RetiredOption(ValueError):
+    """A flag names an option that measurement showed no help; the message says where its result is."""
+
+
 def retired_message(key: str) -> str:
     return (f"--{key} was removed (measured no help: {RETIRED[key]}); commit {LAST_FLAT_COMMIT[:7]} "
             f"(git checkout {LAST_FLAT_COMMIT[:7]}) still runs it")
@@ -49,7 +53,7 @@ def translate(config: str, settings: dict[str, str]) -> dict[str, str]:
     """``settings`` (overrides ``{key: value}`` of a fit of ``config``) with the old keys replaced by today's, in order,
     the loss's class first. Raises ValueError on a retired option."""
     if retired := [key for key in settings if key in RETIRED]:
-        raise ValueError(f"{config}: {retired_message(retired[0])}")
+        raise RetiredOption(f"{config}: {retired_message(retired[0])}")
     out = {key: value for key, value in settings.items() if key not in MOVED and key not in MOVED_OT}
     kind = settings.get("model.clustering")
     if kind is not None:
