@@ -246,6 +246,8 @@ class OTLoss(ClusteringLoss):
             self._value = torch.compile(ot_clustering_loss, mode=mode)
 
     def forward(self, z: Tensor, centers: Tensor, proportions: Tensor) -> tuple[Tensor, dict[str, Tensor | float]]:
+        if not hasattr(self, "g_last"):  # used on its own, outside a DeepClustering
+            self.bind(len(centers))
         distance, nearest = _nearest(z, centers)
         group = _Group(True)
         loss, res = self._value(

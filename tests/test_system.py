@@ -205,6 +205,20 @@ def test_the_fixed_solver_warm_starts_from_the_last_batch_and_keeps_its_error_on
         OTLoss(solver="fixed", iters=0)
 
 
+def test_the_ot_loss_on_its_own_warm_starts_from_its_last_batch():
+    """Outside a DeepClustering the loss binds its state to the centers it is given; the second call is warm."""
+    gen = torch.Generator().manual_seed(0)
+    z, centers, w = torch.randn(30, 2, generator=gen), torch.randn(3, 2, generator=gen), torch.full((3,), 1 / 3)
+    loss_fn = OTLoss(0.5, solver="fixed", iters=3)
+    first, _ = loss_fn(z, centers, w)
+    second, _ = loss_fn(z, centers, w)
+    torch.testing.assert_close(first, ot_clustering_loss(z, centers, w, epsilon=0.5, solver="fixed", iters=3)[0])
+    g = ot_clustering_loss(z, centers, w, epsilon=0.5, solver="fixed", iters=3)[1].g
+    torch.testing.assert_close(second, ot_clustering_loss(z, centers, w, epsilon=0.5, solver="fixed", iters=3,
+                                                          g_init=g)[0])
+    assert int(loss_fn.g_count) == 2
+
+
 def test_the_soft_kmeans_form_picks_dkms_expected_distance():
     torch.manual_seed(0)
     module = DeepClustering(MLPAutoencoder(), num_clusters=4, loss=SoftKMeans(0.1, form="expected"))
