@@ -773,7 +773,7 @@ def test_a_figures_legend_never_covers_its_curves(tmp_path, series):
 def test_a_studys_fits_are_wandb_runs_grouped_by_study_column_and_seed(data_dir, tmp_path, monkeypatch, capsys):
     """With W&B on, each fit of a study is an offline run whose file (read back, not the logger's arguments) names the
     study as its group, the column (config and grid point) as its job type, its seed and grid settings as tags, and
-    carries the study file in its config; ``sync --dry-run`` names every offline run."""
+    names the study file in its config; ``sync --dry-run`` names every offline run."""
     from _wandb_log import wait_for_exit
 
     monkeypatch.chdir(REPO)
@@ -794,7 +794,7 @@ def test_a_studys_fits_are_wandb_runs_grouped_by_study_column_and_seed(data_dir,
     config = {item.key: json.loads(item.value_json) for r in records
               if r.WhichOneof("record_type") == "config" for item in r.config.update}
     config.update({item.key: json.loads(item.value_json) for item in first.config.update})
-    assert config["study"] == str(study_file) and config["model"]["epsilon"] == 0.05
+    assert config["wandb"]["study"] == str(study_file) and "study" not in config and config["model"]["epsilon"] == 0.05
     record = json.loads(run.record.read_text())
     assert record["cpu"] and record["cpu"] in Path("/proc/cpuinfo").read_text() and record["gpu"] is None
     capsys.readouterr()
