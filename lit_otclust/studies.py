@@ -404,7 +404,8 @@ def _fit_and_record(run: Run, study_file: Path | None, env: dict[str, str], thre
 
 
 def offline_wandb_runs(study: Study) -> list[Path]:
-    """The offline W&B runs of a study's fits, one folder an attempt (a resumed fit is a new W&B run)."""
+    """The offline W&B runs of a study's fits, one folder an attempt; a resumed fit's attempts share one run id, which
+    ``wandb sync`` joins into one run."""
     return sorted(path for run in study.runs for path in (run.root / "wandb").glob("offline-run-*") if path.is_dir())
 
 

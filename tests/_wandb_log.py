@@ -4,6 +4,7 @@ a wait for the service to finish writing."""
 
 from __future__ import annotations
 
+import csv
 import time
 from pathlib import Path
 
@@ -32,3 +33,25 @@ def wait_for_exit(path: str | Path, timeout: float = 300.0) -> list[wandb_intern
 
 
 history = history_rows
+
+
+def assert_one_wandb_run_with_the_whole_curve(root: Path) -> None:
+    """Every attempt's offline W&B run has the same id (one run once synced), and their histories together hold
+    each epoch's val/acc as the CSV logs do, each epoch once."""
+    runs = sorted((root / "wandb").glob("offline-run-*"))
+    assert len(runs) > 1 and len({run.name.rsplit("-", 1)[1] for run in runs}) == 1, [run.name for run in runs]
+    logged: dict[int, list[str]] = {}
+    for run in runs:  # the stopped attempts' files as their services left them; the last one's once it is complete
+        file = next(run.glob("run-*.wandb"))
+        for row in history(wait_for_exit(file, timeout=120) if run == runs[-1] else read_records(file)):
+            if "val/acc" in row:
+                logged.setdefault(int(row["epoch"]), []).append(f"{row['val/acc']:.6f}")
+    expected: dict[int, str] = {}
+    for log in (root / "csv").glob("version_*/metrics.csv"):
+        for row in csv.DictReader(log.open()):
+            if row.get("val/acc"):
+                expected[int(row["epoch"])] = f"{float(row['val/acc']):.6f}"
+    assert sorted(logged) == sorted(expected), f"epochs missing from W&B: {sorted(set(expected) - set(logged))}"
+    assert all(logged[epoch] == [value] for epoch, value in expected.items()), {
+        e: (logged[e], v) for e, v in expected.items() if logged[e] != [v]}
+

@@ -3,7 +3,6 @@ the run resumed again and again ends bit for bit where the uninterrupted run end
 
 from __future__ import annotations
 
-import csv
 import os
 import random
 import signal
@@ -16,6 +15,7 @@ import pytest
 import torch
 
 from _runs import REPO, SMOKE
+from _wandb_log import assert_one_wandb_run_with_the_whole_curve
 
 # 60 epochs of 10 steps a rank (2,000 samples, batches of 100), one of them pre-training: enough training for 20 stops
 # at random moments up to 1.5 s into a segment's training (each stop costs an epoch or two of it) and an end to compare.
@@ -137,29 +137,6 @@ def test_sigterm_at_random_moments_never_deadlocks_and_resumes_exactly(data_dir,
     for name, value in ref.items():
         assert torch.equal(got[name], value), f"{name}: max difference {(got[name].double() - value.double()).abs().max()}"
     assert_one_wandb_run_with_the_whole_curve(root)
-
-
-def assert_one_wandb_run_with_the_whole_curve(root: Path) -> None:
-    """Every attempt's offline W&B run has the same id (one run once synced), and their histories together hold
-    each epoch's val/acc as the CSV logs do, each epoch once."""
-    from _wandb_log import history, read_records, wait_for_exit
-
-    runs = sorted((root / "wandb").glob("offline-run-*"))
-    assert len(runs) > 1 and len({run.name.rsplit("-", 1)[1] for run in runs}) == 1, [run.name for run in runs]
-    logged: dict[int, list[str]] = {}
-    for run in runs:  # the stopped attempts' files as their services left them; the last one's once it is complete
-        file = next(run.glob("run-*.wandb"))
-        for row in history(wait_for_exit(file, timeout=120) if run == runs[-1] else read_records(file)):
-            if "val/acc" in row:
-                logged.setdefault(int(row["epoch"]), []).append(f"{row['val/acc']:.6f}")
-    expected: dict[int, str] = {}
-    for log in (root / "csv").glob("version_*/metrics.csv"):
-        for row in csv.DictReader(log.open()):
-            if row.get("val/acc"):
-                expected[int(row["epoch"])] = f"{float(row['val/acc']):.6f}"
-    assert sorted(logged) == sorted(expected), f"epochs missing from W&B: {sorted(set(expected) - set(logged))}"
-    assert all(logged[epoch] == [value] for epoch, value in expected.items()), {
-        e: (logged[e], v) for e, v in expected.items() if logged[e] != [v]}
 
 
 def _wandb_service(pid: int, timeout: float = 120) -> int:
