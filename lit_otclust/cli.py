@@ -50,6 +50,7 @@ from lit_otclust.losses import ClusteringLoss
 from lit_otclust.phases import PhaseSwitch
 from lit_otclust.startup import resolve_wandb_mode
 from lit_otclust.system import DeepClustering
+from lit_otclust.wandb_run import ResumableWandbLogger, close_after_stop
 
 SIGTERM_EXIT = 143
 # A progress bar refresh rate above any epoch's batch count: Lightning's bar then updates at each epoch's last batch.
@@ -57,9 +58,10 @@ EPOCH_END_ONLY = 2**31 - 1
 
 
 def default_loggers(root: Path, name: str, log_model: bool | Literal["all"] = False, group: str | None = None,
-                    job_type: str | None = None, tags: list[str] | None = None) -> list:
+                    job_type: str | None = None, tags: list[str] | None = None, resume: bool = False) -> list:
     """CSV and W&B under ``root``; ``group``, ``job_type`` and ``tags`` place the W&B run among others (a study's
-    runs share a group, a Table 1 column is a job type, its seed and grid settings are tags)."""
+    runs share a group, a Table 1 column is a job type, its seed and grid settings are tags). ``resume``: the fit
+    resumes from a checkpoint, and continues the W&B run of the attempts before (:mod:`lit_otclust.wandb_run`)."""
     offline = resolve_wandb_mode() in ("offline", "dryrun")
     if offline and log_model:
         # WandbLogger refuses the combination (an offline run cannot upload artifacts): keep the run going.
@@ -71,12 +73,14 @@ def default_loggers(root: Path, name: str, log_model: bool | Literal["all"] = Fa
     # Not offline=True: W&B reads WANDB_MODE=offline itself, and WandbLogger's offline=True rewrites it to "dryrun"
     # after the service started early read the environment (startup.py), which wandb.init answers with a warning
     # that the change is ignored.
-    wandb_logger = WandbLogger(project=os.environ.get("WANDB_PROJECT", "lit_otclust"), name=name, save_dir=str(root),
-                               log_model=log_model, group=group, job_type=job_type, tags=tags or None)
+    csv_logger = CSVLogger(save_dir=str(root), name="csv")
+    wandb_logger = ResumableWandbLogger(root, csv_logger, resume, project=os.environ.get("WANDB_PROJECT", "lit_otclust"),
+                                        name=name, save_dir=str(root), log_model=log_model, group=group,
+                                        job_type=job_type, tags=tags or None)
     # WandbLogger always hands wandb.init `anonymous=None`, which W&B (>= 0.19) answers on every run with "The
     # anonymous setting has no effect"; the key does nothing else, so it is dropped.
     getattr(wandb_logger, "_wandb_init", {}).pop("anonymous", None)
-    return [CSVLogger(save_dir=str(root), name="csv"), wandb_logger]
+    return [csv_logger, wandb_logger]
 
 
 def run_tags(config: dict, loss: ClusteringLoss | None) -> list[str]:
@@ -100,22 +104,27 @@ class RunConfig(SaveConfigCallback):
     """
 
     def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        runs = [logger.experiment for logger in trainer.loggers if isinstance(logger, WandbLogger)]
-        if not runs:
+        loggers = [logger for logger in trainer.loggers if isinstance(logger, WandbLogger)]
+        if not loggers:
             return
         config = json.loads(self.parser.dump(self.config, format="json", skip_none=False))
         config.pop("config", None)  # the paths of the config files, whose content is the rest
-        study = (config.get("wandb") or {}).get("study")
-        if study:  # a study's fit: the file's name only. Its `set` may name a value the grid replaced; the
-            config["study"] = study  # rest of this config is what ran
+        # A study's fit names its study file (wandb.study), not the file's content: its `set` may hold a value that
+        # the grid replaced, and this config is what ran.
         tags = run_tags(config, getattr(pl_module, "loss", None))
-        for run in runs:
-            run.config.update(config, allow_val_change=True)
-            run.tags = tuple(dict.fromkeys([*(run.tags or ()), *tags]))
-            # Lightning adds `epoch` to every metric it logs; step_sync fills it in for the others.
-            run.define_metric("epoch")
-            run.define_metric("*", step_metric="epoch", step_sync=True)
-            run.define_metric("val/acc", step_metric="epoch", summary="max,last")
+        for logger in loggers:
+            try:
+                run = logger.experiment
+                run.config.update(config, allow_val_change=True)
+                run.tags = tuple(dict.fromkeys([*(run.tags or ()), *tags]))
+                # Lightning adds `epoch` to every metric it logs; step_sync fills it in for the others.
+                run.define_metric("epoch")
+                run.define_metric("*", step_metric="epoch", step_sync=True)
+                run.define_metric("val/acc", step_metric="epoch", summary="max,last")
+            except Exception as error:  # noqa: BLE001 - a pre-emption can end W&B's service at any moment
+                if not isinstance(logger, ResumableWandbLogger):
+                    raise
+                logger.give_up(error)
 
 
 class OTClusterCLI(LightningCLI):
@@ -171,8 +180,9 @@ class OTClusterCLI(LightningCLI):
         logger = trainer_cfg.get("logger")
         if logger in (None, True):
             get = lambda key, default=None: self._get(self.config_init, f"wandb.{key}", default)  # noqa: E731
+            resume = self._get(self.config_init, "ckpt_path") is not None
             kwargs["logger"] = logger = default_loggers(root, root.name, get("log_model", False), get("group"),
-                                                        get("job_type"), list(get("tags") or []))
+                                                        get("job_type"), list(get("tags") or []), resume)
         if logger:
             callbacks.append(LearningRateMonitor(logging_interval="epoch"))
         # trainer.enable_checkpointing=false: no checkpoint callback, or Lightning refuses the list (and
@@ -227,6 +237,7 @@ def main(args: list[str] | None = None) -> OTClusterCLI:
     except SIGTERMException:
         # Lightning's SIGTERMException exits with status 0, like a finished run. 143 (128 + SIGTERM, the
         # shell's convention) lets a job script tell "stopped, last.ckpt saved: requeue" from "done".
+        close_after_stop(SIGTERM_EXIT)
         raise SystemExit(SIGTERM_EXIT) from None
     except ValueError as error:
         cause = error  # jsonargparse wraps what a data module raises while it is built: find it in the chain

@@ -72,3 +72,69 @@ def match_sizes(sizes: Tensor, proportions: Tensor) -> Tensor:
         tied = np.flatnonzero(w == value)
         order[tied] = np.sort(order[tied])
     return torch.as_tensor(order, dtype=torch.int64)
+
+
+@torch.no_grad()
+def constrained_kmeans(x: Tensor, proportions: Tensor, n_init: int = 20, seed: int = 0, epsilon: float = 1e-2,
+                       max_iter: int = 100, tol: float = 1e-6) -> tuple[Tensor, Tensor, Tensor]:
+    r"""k-means whose clusters hold prescribed shares: Lloyd's iterations with an entropic OT assignment step.
+
+    .. math::
+        \min_{\mu} \min_{P \in U(\frac{1}{n}\mathbf{1}, w)} \sum_{ik} P_{ik} \|x_i - \mu_k\|^2
+        + \epsilon\, s \sum_{ik} P_{ik} (\log P_{ik} - 1)
+
+    alternating the plan P (:func:`lit_otclust.sinkhorn.sinkhorn`, on the cost divided by s, the mean squared
+    distance of the points to their nearest starting center, so that ``epsilon`` is relative) and the centers
+    :math:`\mu_k = \sum_i P_{ik} x_i / w_k`, to a center shift below ``tol`` (relative to s). Which center carries which
+    :math:`w_k` is a local optimum's choice; the transport cost tells the right one (on blobs of known shares, the
+    permutation of w of least cost after Lloyd was the truth's). So each of ``n_init`` restarts starts from one
+    k-means++ run (sklearn, seed ``seed + r``), half with w matched to its clusters by size (:func:`match_sizes`),
+    half with w in a seeded random order, and the restart of least transport cost wins. Each point then goes to
+    :math:`\arg\min_k \|x_i - \mu_k\|^2 - g_k` with g the plan's column potential: the assignment that meets the
+    shares (to rounding, at small epsilon).
+
+    Args:
+        x: (n, d) points.
+        proportions: w, (K,), non-negative, summing to 1.
+        n_init, seed: the restarts and their seeds.
+        epsilon: the entropic regularisation, relative to s.
+        max_iter, tol: Lloyd's stopping rule.
+
+    Returns:
+        centers (K, d), center k carrying w_k; the potential g (K,) in units of squared distance; labels (n,) int64,
+        ``argmin_k ||x_i - centers_k||^2 - g_k``.
+    """
+    from lit_otclust.sinkhorn import sinkhorn, squared_distances  # here: the figures import this module early
+
+    x = x.detach().double().cpu()
+    w = proportions.detach().double().cpu()
+    K = len(w)
+    order = torch.Generator().manual_seed(seed)
+    best: tuple[float, Tensor, Tensor, Tensor] | None = None
+    for restart in range(n_init):
+        km = KMeans(n_clusters=K, n_init=1, random_state=seed + restart, init="k-means++").fit(x.numpy())
+        mu = torch.as_tensor(km.cluster_centers_)
+        if restart % 2 == 0:
+            sizes = torch.bincount(torch.as_tensor(km.labels_), minlength=K).double() / len(x)
+            share = torch.argsort(match_sizes(sizes, w))  # k-means center j carries w[share[j]]
+        else:
+            share = torch.randperm(K, generator=order)
+        w_of = w[share]
+        scale = squared_distances(x, mu).min(1).values.mean().clamp_min(torch.finfo(x.dtype).tiny)
+        g = None
+        for _ in range(max_iter):
+            res = sinkhorn(squared_distances(x, mu) / scale, None, w_of, epsilon=epsilon, g_init=g, warn=False)
+            g = res.g
+            new = res.plan.T @ x / res.plan.sum(0).clamp_min(torch.finfo(x.dtype).tiny)[:, None]  # (K, d)
+            shift = float((new - mu).pow(2).sum(1).max() / scale)
+            mu = new
+            if shift < tol:
+                break
+        cost = squared_distances(x, mu)  # (n, K)
+        res = sinkhorn(cost / scale, None, w_of, epsilon=epsilon, g_init=g, warn=False)
+        value = float((res.plan * cost).sum())  # in x's units, comparable across restarts
+        if best is None or value < best[0]:
+            back = torch.argsort(share)  # center k of the result is this restart's center back[k], which carries w_k
+            best = (value, mu[back], res.g[back] * scale, share[(cost - res.g * scale).argmin(1)])
+    _, centers, g, labels = best
+    return centers.float(), g.float(), labels

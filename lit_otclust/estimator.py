@@ -46,7 +46,9 @@ _DTYPES = (np.float32, np.float64, np.uint8)
 # purpose (lit_otclust.system); a deprecation inside Lightning's own code under this torch (as cli.py drops).
 _NOT_THE_CALLERS = (r"The '\w+_dataloader' does not have many workers",
                     r"Attribute '(autoencoder|loss)' is an instance of `nn.Module`",
-                    r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+                    r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                    # Lightning's hint wherever SLURM is installed: an in-process fit on one device is not a SLURM job
+                    r"The `srun` command is available on your system but is not used")
 
 
 class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, BaseEstimator):

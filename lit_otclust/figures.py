@@ -38,6 +38,7 @@ from lit_otclust.data import eval_batch_size
 from lit_otclust.plots import (confusion_figure, display_images, embedding_figure, gallery_figure, matched_confusion,
                                nearest_to_centers, pca_2d, plan_figure, save_png, sizes_figure)
 from lit_otclust.sinkhorn import squared_distances
+from lit_otclust.wandb_run import ResumableWandbLogger
 
 __all__ = ["ClusterFigures", "FIGURE_NAMES", "confusion_csv", "read_confusion_csv"]
 
@@ -154,7 +155,8 @@ class ClusterFigures(L.Callback):
         if fit_set is None:
             rank_zero_warn("ClusterFigures draws the data module's `fit_set`; this run has none, so no figures")
             return {}
-        wandb_runs = [lg.experiment for lg in trainer.loggers if isinstance(lg, WandbLogger)]
+        wandb_loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)
+                      and not getattr(lg, "service_gone", False)]
         modes = {m: m.training for m in pl_module.modules()}
         pl_module.eval()  # e.g. BatchNorm must not update its running statistics here
         try:
@@ -162,7 +164,7 @@ class ClusterFigures(L.Callback):
             figures, tables = self._draw(pl_module, snap, datamodule, epoch)
             heldout = getattr(datamodule, "heldout_set", None)
             heldout_sizes = (self._sizes(pl_module, heldout.x, len(snap.centers))
-                             if wandb_runs and heldout is not None and len(heldout) else None)
+                             if wandb_loggers and heldout is not None and len(heldout) else None)
         finally:
             for m, training in modes.items():
                 m.training = training
@@ -170,7 +172,7 @@ class ClusterFigures(L.Callback):
         files = {name: save_png(fig, folder / f"{name}_{tag}.png") for name, fig in figures.items()}
         for name, text in tables.items():  # the numbers behind a picture, beside it
             (folder / f"{name}_{tag}.csv").write_text(text)
-        if wandb_runs:
+        if wandb_loggers:
             import wandb
 
             def histogram(sizes: Tensor) -> wandb.Histogram:
@@ -181,8 +183,12 @@ class ClusterFigures(L.Callback):
             record["val/cluster_sizes"] = histogram(torch.bincount(snap.clusters, minlength=len(snap.centers)))
             if heldout_sizes is not None:
                 record["heldout/cluster_sizes"] = histogram(heldout_sizes)
-            for run in wandb_runs:
-                run.log({**record, "epoch": epoch, "trainer/global_step": trainer.global_step})
+            record.update({"epoch": epoch, "trainer/global_step": trainer.global_step})
+            for logger in wandb_loggers:
+                if isinstance(logger, ResumableWandbLogger):
+                    logger.log_media(record)  # outlives a W&B service that a pre-emption ended
+                else:
+                    logger.experiment.log(record)
         return files
 
     def _embed(self, pl_module: L.LightningModule, x: Tensor, name: str) -> Tensor:

@@ -100,8 +100,9 @@ class Run:
     @property
     def settings(self) -> dict[str, str]:
         """The overrides its command gives, as they take effect: the block's and the study's ``set`` (``fixed``)
-        with the grid point over them. A record states these, so it never shows a ``set`` value the grid replaced."""
-        return {**self.fixed, **self.grid}
+        with the grid point over them, a committed study's flags of before in today's form (:func:`translate`). A
+        record states these, so it never shows a value that did not run."""
+        return translate(self.config, {**self.fixed, **self.grid})
 
     @property
     def done(self) -> bool:
@@ -112,7 +113,7 @@ class Run:
         cmd = [python, "-m", "lit_otclust", "fit", "--config", self.config, "--seed_everything", str(self.seed),
                "--trainer.default_root_dir", str(self.root), "--trainer.enable_progress_bar", "false",
                "--trainer.enable_model_summary", "false"]
-        for key, value in translate(self.config, self.settings).items():  # a committed study's flags of before
+        for key, value in self.settings.items():
             cmd += [f"--{key}", value]
         if not self.done and (self.root / "checkpoints" / "last.ckpt").exists():
             cmd += ["--ckpt_path", "last"]
@@ -406,7 +407,8 @@ def _fit_and_record(run: Run, study_file: Path | None, env: dict[str, str], thre
 
 
 def offline_wandb_runs(study: Study) -> list[Path]:
-    """The offline W&B runs of a study's fits, one folder an attempt (a resumed fit is a new W&B run)."""
+    """The offline W&B runs of a study's fits, one folder an attempt; a resumed fit's attempts share one run id, which
+    ``wandb sync`` joins into one run."""
     return sorted(path for run in study.runs for path in (run.root / "wandb").glob("offline-run-*") if path.is_dir())
 
 

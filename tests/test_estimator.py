@@ -14,6 +14,7 @@ loss to train); ``test_api_the_n_clusters_1_checks_would_test`` checks their pro
 from __future__ import annotations
 
 import csv
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -116,6 +117,23 @@ def test_fit_is_quiet_and_writes_nothing(tmp_path, monkeypatch, capfd) -> None:
     assert list(tmp_path.iterdir()) == []
     out, err = capfd.readouterr()
     assert out == "" and err == "", (out, err)
+
+
+def test_fit_warns_nothing_where_slurm_is_installed(tmp_path, monkeypatch) -> None:
+    """Where ``srun`` is on the PATH (here a stand-in, found as Lightning looks for it), Lightning hints at every
+    Trainer that the fit is not run with srun; an estimator's in-process fit is no SLURM job: no warning reaches
+    the caller."""
+    import warnings
+
+    srun = tmp_path / "srun"
+    srun.write_text("#!/bin/sh\nexit 0\n")
+    srun.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    X, _, _ = _blobs([30, 20, 10], seed=0)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        OTClustering(3, **TINY, random_state=0).fit(X)
+    assert not [str(w.message) for w in seen], [str(w.message)[:120] for w in seen]
 
 
 def test_api_the_n_clusters_1_checks_would_test() -> None:

@@ -198,7 +198,9 @@ def test_a_committed_study_finds_its_records_and_their_commands(name, monkeypatc
             pinned = {key: value for key, value in built[str(path)].items() if key not in done}
             assert pinned.items() <= PINNED_NOW.items(), path
             assert done == {k: v for k, v in built[str(path)].items() if k not in pinned}, path
-            settings = next(r.settings for r in study.runs if str(r.record) == str(path))
+            # A committed record states the flags of its commit: the study's own, before translate.
+            run = next(r for r in study.runs if str(r.record) == str(path))
+            settings = {**run.fixed, **run.grid}
             assert record["settings"] == {k: v for k, v in settings.items()
                                           if k in record["settings"] or PINNED.get(f"--{k}") != v}
 
@@ -813,7 +815,7 @@ def test_a_figures_legend_never_covers_its_curves(tmp_path, series):
 def test_a_studys_fits_are_wandb_runs_grouped_by_study_column_and_seed(data_dir, tmp_path, monkeypatch, capsys):
     """With W&B on, each fit of a study is an offline run whose file (read back, not the logger's arguments) names the
     study as its group, the column (config and grid point) as its job type, its seed and grid settings as tags, and
-    carries the study file in its config; ``sync --dry-run`` names every offline run."""
+    names the study file in its config; ``sync --dry-run`` names every offline run."""
     from _wandb_log import wait_for_exit
 
     monkeypatch.chdir(REPO)
@@ -835,7 +837,8 @@ def test_a_studys_fits_are_wandb_runs_grouped_by_study_column_and_seed(data_dir,
               if r.WhichOneof("record_type") == "config" for item in r.config.update}
     config.update({item.key: json.loads(item.value_json) for item in first.config.update})
     # The old flag of the study (model.epsilon) ran as the loss's (legacy.translate).
-    assert config["study"] == str(study_file) and config["model"]["loss"]["init_args"]["epsilon"] == 0.05
+    assert config["wandb"]["study"] == str(study_file) and "study" not in config
+    assert config["model"]["loss"]["init_args"]["epsilon"] == 0.05
     record = json.loads(run.record.read_text())
     assert record["cpu"] and record["cpu"] in Path("/proc/cpuinfo").read_text() and record["gpu"] is None
     capsys.readouterr()

@@ -111,6 +111,36 @@ def test_batches_accumulate_to_one_batch() -> None:
     assert all(torch.equal(a[key], functional[key]) for key in a)
 
 
+@pytest.mark.parametrize("num_clusters,num_classes,seed", [(4, 4, 0), (5, 3, 1), (3, 5, 2), (10, 10, 3)])
+def test_size_error_against_a_brute_force_matching(num_clusters: int, num_classes: int, seed: int) -> None:
+    """size_error = max over clusters of |cluster share - share of the class it is matched to| (an unmatched cluster:
+    its whole share), the matching being the accuracy's: checked against the best permutation found by brute force
+    (scipy's linear_sum_assignment where K or C is 10) and numpy's shares."""
+    from scipy.optimize import linear_sum_assignment
+
+    rng = np.random.default_rng(seed)
+    preds = rng.integers(0, num_clusters, 500)
+    target = np.where(rng.random(500) < 0.6, preds % num_classes, rng.integers(0, num_classes, 500))
+    counts = np.zeros((num_clusters, num_classes))
+    np.add.at(counts, (preds, target), 1)
+    rows, cols = linear_sum_assignment(counts, maximize=True)
+    matched = dict(zip(rows, cols))
+    cluster_share, class_share = counts.sum(1) / 500, counts.sum(0) / 500
+    expected = max(abs(cluster_share[k] - (class_share[matched[k]] if k in matched else 0.0))
+                   for k in range(num_clusters))
+    out = hungarian_accuracy(torch.as_tensor(preds), torch.as_tensor(target), num_clusters, num_classes)
+    assert float(out["acc"]) == pytest.approx(counts[rows, cols].sum() / 500, abs=1e-6)  # the same matching
+    assert float(out["size_error"]) == pytest.approx(expected, abs=1e-6)
+
+
+def test_size_error_is_zero_for_a_relabelled_partition_and_the_class_gap_for_one_cluster() -> None:
+    """A perfect clustering (any relabelling) has the classes' sizes: 0. All in one cluster of K = C = 2 with classes
+    of 70 / 30 %: that cluster (100 %) is matched to the 70 % class, the empty one to the 30 % class: 0.3."""
+    target = torch.tensor([0] * 7 + [1] * 3)
+    assert float(hungarian_accuracy(1 - target, target, 2, 2)["size_error"]) == 0.0
+    assert float(hungarian_accuracy(torch.zeros(10, dtype=torch.long), target, 2, 2)["size_error"]) == pytest.approx(0.3)
+
+
 def test_match_clusters_against_brute_force() -> None:
     gen = torch.Generator().manual_seed(7)
     for num_clusters, num_classes in [(3, 3), (4, 2), (2, 4)]:

@@ -15,19 +15,19 @@ import pytest
 import torch
 
 from _runs import REPO, SMOKE
+from _wandb_log import assert_one_wandb_run_with_the_whole_curve
 
 # 60 epochs of 10 steps a rank (2,000 samples, batches of 100), one of them pre-training: enough training for 20 stops
 # at random moments up to 1.5 s into a segment's training (each stop costs an epoch or two of it) and an end to compare.
+# The loggers are the CLI's own, as users run: CSV in root/csv and W&B, offline here.
 RUN = ["--config", SMOKE, "--data.init_args.subset", "2000", "--trainer.max_epochs", "60",
        "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu",
-       "--trainer.log_every_n_steps", "1", "--trainer.logger", "lightning.pytorch.loggers.CSVLogger",
-       "--trainer.logger.save_dir", "{root}", "--trainer.logger.name", "csv"]
+       "--trainer.log_every_n_steps", "1"]
 EXIT_BOUND_S = 60.0  # from the last signal to both ranks gone; measured ~1-5 s (a batch, or an evaluation and a batch)
 
 
 def _command(data_dir: Path, root: Path, *extra: str) -> list[str]:
-    args = [a.replace("{root}", str(root)) for a in RUN]
-    return [sys.executable, "-m", "lit_otclust", "fit", *args, "--data.data_dir", str(data_dir),
+    return [sys.executable, "-m", "lit_otclust", "fit", *RUN, "--data.data_dir", str(data_dir),
             "--trainer.default_root_dir", str(root), *extra]
 
 
@@ -42,6 +42,13 @@ def _children(pid: int) -> list[int]:
             if int(fields[1]) == pid:
                 out.append(int(entry.name))
     return out
+
+
+def _is_wandb_service(pid: int) -> bool:
+    try:
+        return b"wandb-core" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def _alive(pid: int) -> bool:
@@ -71,7 +78,7 @@ def test_sigterm_at_random_moments_never_deadlocks_and_resumes_exactly(data_dir,
     50-400 ms later. Each segment must exit 143 with both processes gone within EXIT_BOUND_S of the last signal and
     leave a readable last.ckpt further along than the one before; the next segment resumes from it. The run then
     finishes, and its weights, centers and Sinkhorn potentials equal the uninterrupted run's, bit for bit."""
-    env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
     reference = tmp_path / "reference"
     proc = subprocess.run(_command(data_dir, reference), cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=900)
@@ -89,14 +96,14 @@ def test_sigterm_at_random_moments_never_deadlocks_and_resumes_exactly(data_dir,
             assert rank0.poll() is None, f"segment {trial} ended before training: {rank0.returncode}"
             assert time.monotonic() < deadline, f"segment {trial} did not start training"
             time.sleep(0.05)
-        rank1 = _children(rank0.pid)
-        assert len(rank1) == 1, f"expected one child process (rank 1), found {rank1}"
+        rank1 = [pid for pid in _children(rank0.pid) if not _is_wandb_service(pid)]
+        assert len(rank1) == 1, f"expected one child process (rank 1) beside W&B's service, found {rank1}"
         time.sleep(rng.uniform(0.0, 1.5))
         mode, lag = modes[trial % 3], rng.uniform(0.05, 0.4)
         first, second = {"together": (None, None), "rank0_first": (rank0.pid, rank1[0]),
                          "rank1_first": (rank1[0], rank0.pid)}[mode]
-        if first is None:
-            for pid in (rank0.pid, rank1[0]):
+        if first is None:  # as SLURM and Kubernetes stop a job: every process, W&B's service (rank 0's child) too
+            for pid in (rank0.pid, *_children(rank0.pid)):
                 os.kill(pid, signal.SIGTERM)
         else:
             os.kill(first, signal.SIGTERM)
@@ -129,3 +136,52 @@ def test_sigterm_at_random_moments_never_deadlocks_and_resumes_exactly(data_dir,
     assert ref.keys() == got.keys()
     for name, value in ref.items():
         assert torch.equal(got[name], value), f"{name}: max difference {(got[name].double() - value.double()).abs().max()}"
+    assert_one_wandb_run_with_the_whole_curve(root)
+
+
+def _wandb_service(pid: int, timeout: float = 120) -> int:
+    """The W&B service process that the fit ``pid`` started (its child)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [child for child in _children(pid) if _is_wandb_service(child)]
+        if found:
+            return found[0]
+        time.sleep(0.1)
+    pytest.fail(f"no W&B service process under {pid}")
+
+
+@pytest.mark.slow
+def test_sigterm_to_every_process_with_wandb_on_saves_exits_143_and_resumes_as_one_wandb_run(data_dir, tmp_path):
+    """A pre-emption as SLURM sends it: SIGTERM to the fit and to W&B's service together, at a random moment after
+    an attempt's first log; W&B's service exits on the signal, losing what it had not written. The fit must not fail
+    on the closed socket (it did, with exit 1 and no requeue) but save and exit 143 every time. One stop signals the
+    fit alone, so that W&B's file of that attempt is complete. Resumed to the end, the offline W&B runs are one run
+    (one id) that holds every epoch's val/acc as the CSV log does, once: what W&B lost is sent again, what it kept
+    is not."""
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
+    root, rng = tmp_path / "run", random.Random(3)
+    command = [sys.executable, "-m", "lit_otclust", "fit", "--config", SMOKE, "--data.data_dir", str(data_dir),
+               "--trainer.max_epochs", "12", "--trainer.default_root_dir", str(root)]
+    for trial, everyone in enumerate((True, False, True, True)):
+        extra = ["--ckpt_path", "last"] if (root / "checkpoints" / "last.ckpt").exists() else []
+        log = tmp_path / f"attempt{trial}.log"
+        with open(log, "w") as out:
+            fit = subprocess.Popen(command + extra, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+            service = _wandb_service(fit.pid)
+            versions = sorted((root / "csv").glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
+            deadline = time.monotonic() + 300
+            while not (versions and (root / "csv" / versions[-1].name / "metrics.csv").exists()
+                       and len(list((root / "csv").glob("version_*"))) > trial):
+                assert fit.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+                versions = sorted((root / "csv").glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0.0, 1.0))
+            for pid in (fit.pid, service) if everyone else (fit.pid,):
+                os.kill(pid, signal.SIGTERM)
+            code = fit.wait(timeout=EXIT_BOUND_S)
+        assert code == 143, f"attempt {trial}: exit {code}\n{log.read_text()[-3000:]}"
+        assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
+    proc = subprocess.run(command + ["--ckpt_path", "last"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_one_wandb_run_with_the_whole_curve(root)

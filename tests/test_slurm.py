@@ -14,13 +14,15 @@ import pytest
 import torch
 
 from _runs import REPO
+from _wandb_log import assert_one_wandb_run_with_the_whole_curve
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 UP = REPO / "tests" / "cluster" / "slurm_up.sh"
-# 2,000 samples, batches of 100 over 2 ranks: 10 steps an epoch; 1 pre-training epoch, then OT.
+# 2,000 samples, batches of 100 over 2 ranks: 10 steps an epoch; 1 pre-training epoch, then OT. The loggers are the
+# CLI's own, as users run: CSV in ROOT/csv and W&B, offline here (not disabled: W&B's service is one more process
+# that a pre-emption's SIGTERM reaches).
 FIT = ["configs/smoke.yaml", "--data.init_args.subset", "2000", "--trainer.max_epochs", "8",
-       "--trainer.log_every_n_steps", "1", "--trainer.logger", "lightning.pytorch.loggers.CSVLogger",
-       "--trainer.logger.name", "csv"]
+       "--trainer.log_every_n_steps", "1"]
 
 
 @pytest.fixture(scope="module")
@@ -32,11 +34,10 @@ def slurm() -> None:
         pytest.skip(f"no SLURM cluster: {proc.stderr.strip()}")
 
 
-def _submit(data_dir: Path, root: Path, *sbatch: str) -> str:
+def _submit(data_dir: Path, root: Path, *sbatch: str, fit: tuple[str, ...] = ()) -> str:
     cmd = ["sbatch", "--parsable", "--ntasks-per-node=2", "--cpus-per-task=1", f"--chdir={REPO}",
-           f"--output={root}.out", f"--export=ALL,ROOT={root},WANDB_MODE=disabled", *sbatch,
-           str(REPO / "scripts" / "slurm.sbatch"), *FIT, "--trainer.logger.save_dir", str(root),
-           "--data.data_dir", str(data_dir)]
+           f"--output={root}.out", f"--export=ALL,ROOT={root},WANDB_MODE=offline,WANDB_SILENT=true", *sbatch,
+           str(REPO / "scripts" / "slurm.sbatch"), *FIT, *fit, "--data.data_dir", str(data_dir)]
     return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().split(";")[0]
 
 
@@ -114,9 +115,9 @@ def uninterrupted(slurm, data_dir, tmp_path_factory) -> Path:
     return root
 
 
-def _assert_same_run(root: Path, reference: Path) -> None:
+def _assert_same_run(root: Path, reference: Path, steps: int = 80) -> None:
     ref, got = _final(reference), _final(root)
-    assert got["global_step"] == ref["global_step"] == 80
+    assert got["global_step"] == ref["global_step"] == steps
     for name, value in ref["state_dict"].items():
         assert torch.equal(got["state_dict"][name], value), (
             f"{name}: max difference {(got['state_dict'][name].double() - value.double()).abs().max()}")
@@ -158,6 +159,61 @@ def test_a_job_preempted_three_times_requeues_itself_and_ends_as_the_uninterrupt
     _assert_same_run(root, uninterrupted)
 
 
+# 60 epochs (600 steps): room for 20 stops, each after an attempt has trained an epoch or two.
+LONG = ("--trainer.max_epochs", "60")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_long(slurm, data_dir, tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("slurm") / "uninterrupted_long"
+    job = _submit(data_dir, root, fit=LONG)
+    _wait_gone(job, root)
+    assert "Trainer.fit` stopped: `max_epochs=60` reached" in Path(f"{root}.out").read_text(), f"see {root}.out"
+    return root
+
+
+def _newest_epoch(root: Path) -> str | None:
+    """The newest epoch checkpoint's name: it changes when an epoch's evaluation (which logs val/*) has ended."""
+    found = sorted(p.name for p in (root / "checkpoints").glob("epoch*.ckpt"))
+    return found[-1] if found else None
+
+
+def test_scancel_of_a_job_logging_to_wandb_requeues_it_every_time_and_it_ends_as_one_run(data_dir, tmp_path,
+                                                                                         uninterrupted_long):
+    """20 times `scancel -s TERM` of a 2-task DDP job logging to W&B (offline), as users run: SLURM signals every
+    process of the job, W&B's service (rank 0's child) included, which exits on it. Half the stops fall at a random
+    moment of training, half near an epoch's end (75-100% of an epoch after an epoch's checkpoint), where the
+    validation logging meets the closed socket of the service: once a ConnectionResetError that failed the job with
+    exit 1 and no requeue. Every stop must exit 143 and requeue; the finished job equals the uninterrupted one bit
+    for bit; its offline W&B runs are one run holding every epoch's val/acc once."""
+    root, rng, period = tmp_path / "scancel", random.Random(2), None
+    job = _submit(data_dir, root, fit=LONG)
+    for trial in range(20):
+        versions = len(list((root / "csv").glob("version_*")))
+        _wait(lambda: _release(job) or _training(root, versions), f"job {job} to train (trial {trial})")
+        if trial % 2:  # near an epoch's end: after the next epoch checkpoint, most of an epoch more
+            seen = _newest_epoch(root)
+            _wait(lambda: _newest_epoch(root) != seen, f"an epoch's end (trial {trial})")
+            if period is None:  # an epoch's wall time, from two checkpoints in a row
+                start, seen = time.monotonic(), _newest_epoch(root)
+                _wait(lambda: _newest_epoch(root) != seen, f"the next epoch's end (trial {trial})")
+                period = time.monotonic() - start
+            time.sleep(period * rng.uniform(0.75, 1.0))
+        else:
+            time.sleep(rng.uniform(0.0, 2.0))
+        subprocess.run(["scancel", "-s", "TERM", job], check=True)
+        _wait(lambda: not _task_pids(root), f"both tasks to exit after SIGTERM (trial {trial})", timeout=60)
+        _wait(lambda: Path(f"{root}.out").read_text().count("requeueing job") == trial + 1,
+              f"the job to requeue itself (trial {trial}); its log: {root}.out", timeout=60)
+    _wait_gone(job, root)
+    log = Path(f"{root}.out").read_text()
+    assert log.count("Restoring states from the checkpoint path") == 20 and "max_epochs=60` reached" in log, log[-3000:]
+    assert log.count("requeueing job") == 20 and "Traceback" not in log, log[-3000:]  # it requeues on exit 143 only
+    print(f"20 stops by scancel, an epoch {period:.2f} s: every one exited 143 and requeued")
+    _assert_same_run(root, uninterrupted_long, steps=600)
+    assert_one_wandb_run_with_the_whole_curve(root)
+
+
 def test_a_job_killed_without_warning_resumes_from_the_last_checkpoint_when_resubmitted(data_dir, tmp_path,
                                                                                          uninterrupted):
     """SIGKILL on every task (no save, no requeue: the job fails), then the same sbatch again: it resumes from the
@@ -184,7 +240,7 @@ def test_a_study_runs_as_a_job_array_whose_preempted_task_alone_requeues(data_di
     study.write_text(f"out: {tmp_path / 'out'}\nseeds: [0, 1]\nconfigs: [{REPO / 'configs' / 'smoke.yaml'}]\n"
                      f"set:\n  data.data_dir: {data_dir}\n  trainer.max_epochs: 8\n")
     run = ["python", "-m", "lit_otclust.experiments", "run", str(study), "--launcher", "slurm"]
-    env = {**os.environ, "WANDB_MODE": "disabled"}
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}  # the study's fits log to W&B, as users run
     out = subprocess.run(run, cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stderr
     array = out.split("Submitted batch job ")[1].split(":")[0].split()[0]
     first = tmp_path / "out" / "runs" / "smoke__seed=0" / "checkpoints" / "last.ckpt"
@@ -211,5 +267,6 @@ def test_a_study_runs_as_a_job_array_whose_preempted_task_alone_requeues(data_di
     assert task_log(0).count("requeueing") == 1 and "requeueing" not in task_log(1)
     assert "Restoring states from the checkpoint path" in (tmp_path / "out" / "runs" / "smoke__seed=0" /
                                                            "stdout.log").read_text()
+    assert_one_wandb_run_with_the_whole_curve(tmp_path / "out" / "runs" / "smoke__seed=0")
     again = subprocess.run(run, cwd=tmp_path, env=env, capture_output=True, text=True, check=True).stderr
     assert "nothing submitted" in again

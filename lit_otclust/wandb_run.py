@@ -1,0 +1,238 @@
+"""W&B logging that survives pre-emption: one W&B run per training run, whatever stops and resumes it.
+
+SLURM pre-empts a job by sending SIGTERM to every process of the job, W&B's service (``wandb-core``, a child of
+rank 0) included, which exits on it. The fit itself holds SIGTERM until a batch boundary and stops there
+(:class:`lit_otclust.checkpointing.SignalCheckpoint`), but the logging in between (an epoch's validation metrics, its
+figures) then meets a closed socket: ``ConnectionResetError`` out of ``log_metrics``, and a run that should have
+saved and requeued fails with exit 1. The service cannot be shielded from the job's signal from inside the job (it
+runs in its own session already, and SLURM's process tracking signals every descendant), so the logging is what
+must not fail:
+
+- :class:`ResumableWandbLogger` catches the errors of a gone service, warns once, and logs nothing more to W&B in
+  this process; the CSV log and the checkpoints go on, and the run stops, saves and exits 143 as it would.
+- It keeps the W&B run's id in ``<root>/wandb/resume.json``. A resumed fit (``--ckpt_path``) continues the same W&B
+  run (same id, ``resume="allow"``), and its first log sends W&B the rows of the earlier attempts' CSV logs that W&B
+  does not hold: the W&B run holds the whole curve, as the CSV logs do. What W&B holds is read, not assumed: a
+  service that exits on SIGTERM loses what it had not written yet (seen: an attempt's whole offline file, rows
+  logged seconds before included). Offline, from the earlier attempts' run files (:func:`read_run_file`); online,
+  from the resumed run's summary (its last ``trainer/global_step``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import secrets
+import string
+import struct
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.loggers import CSVLogger, WandbLogger
+from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
+
+STATE = "resume.json"
+_AXES = {"epoch", "step", "trainer/global_step", "_step", "_runtime", "_timestamp"}  # not a row's own metrics
+
+
+def _new_id() -> str:
+    """A W&B run id as W&B makes them: 8 characters of [a-z0-9]."""
+    return "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
+
+
+def _service_gone(error: BaseException) -> bool:
+    """Whether ``error`` says W&B's service is unreachable (its process died): a socket error, or W&B's own."""
+    import wandb
+
+    return isinstance(error, (OSError, wandb.Error))
+
+
+def close_after_stop(exit_code: int) -> None:
+    """End this process's W&B connection as a stopped fit exits, instead of W&B's exit hook: where the stop's
+    SIGTERM also ended W&B's service, the hook fails on the closed socket and prints its traceback as the process
+    ends. Here that case prints one line; a live service is torn down as the hook would."""
+    if "wandb" not in sys.modules:
+        return
+    import wandb
+
+    try:
+        wandb.teardown(exit_code)
+    except Exception as error:  # noqa: BLE001 - re-raised unless it says the service is gone
+        if not _service_gone(error):
+            raise
+        print("lit_otclust: W&B's service had stopped (the same SIGTERM reached it); the resumed run continues its "
+              "W&B run and sends it the rows it lacks", file=sys.stderr)
+
+
+def read_run_file(path: str | Path) -> list[Any]:
+    """The records (``wandb_internal_pb2.Record``) of an offline W&B run file, ``offline-run-*/run-*.wandb``.
+
+    wandb ships no reader of it. It is LevelDB's log format: a 7-byte header (``:W&B``, magic 0xBEE1, version 0),
+    then 32 KiB blocks of chunks, each a 7-byte header (CRC-32 4 bytes, length 2, type 1: full, first, middle,
+    last) and its bytes; a block's tail shorter than a header is padding. A record is its chunks' bytes joined. A
+    file cut short (its service killed) gives the records written before the cut."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = Path(path).read_bytes()
+    if len(data) < 7 or struct.unpack("<4sHB", data[:7]) != (b":W&B", 0xBEE1, 0):
+        return []  # empty: the service died before writing its header
+    block, header = 32 * 1024, 7
+    records, parts, pos = [], [], 7
+    while pos + header <= len(data):
+        if block - pos % block < header:  # padding to the next block
+            pos += block - pos % block
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + header])
+        chunk = data[pos + header:pos + header + length]
+        if kind == 0 or len(chunk) < length:  # zeros past the end of what was written, or a chunk cut short
+            break
+        pos += header + length
+        parts = [chunk] if kind in (1, 2) else parts + [chunk]
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(b"".join(parts))
+            records.append(record)
+            parts = []
+    return records
+
+
+def history_rows(records: list[Any]) -> list[dict[str, Any]]:
+    """The logged rows of a run file's records: one dict per ``log`` call, key -> value (JSON-decoded)."""
+    return [{"/".join(item.nested_key) or item.key: json.loads(item.value_json) for item in record.history.item}
+            for record in records if record.WhichOneof("record_type") == "history"]
+
+
+def _row_key(step: Any, row: Mapping[str, Any]) -> tuple[int, frozenset[str]]:
+    """A logged row's identity across the CSV log and W&B: its step and the names of its metrics."""
+    return int(float(step)), frozenset(k for k in row if k not in _AXES)
+
+
+class ResumableWandbLogger(WandbLogger):
+    """Lightning's :class:`~lightning.pytorch.loggers.WandbLogger` that a dead W&B service cannot crash, and that
+    continues one W&B run across resumes (the module docstring).
+
+    Args:
+        root: the run's folder; its ``wandb/`` holds W&B's files and ``resume.json``.
+        csv_logger: the run's CSV logger, which receives every ``log_metrics`` call too: the earlier attempts' CSV
+            logs are what a resumed attempt sends W&B where W&B lost them.
+        resume: this fit resumes from a checkpoint: continue the W&B run that ``resume.json`` names, if any.
+        kwargs: :class:`~lightning.pytorch.loggers.WandbLogger`'s arguments (``id`` and ``resume`` are set here).
+    """
+
+    def __init__(self, root: Path, csv_logger: CSVLogger, resume: bool, **kwargs: Any) -> None:
+        self._state_path = Path(root) / "wandb" / STATE
+        state = json.loads(self._state_path.read_text()) if resume and self._state_path.is_file() else {}
+        self._run_id, self._resumed = state.get("id") or _new_id(), bool(state)
+        super().__init__(id=self._run_id, resume="allow" if self._resumed else None, **kwargs)
+        self._csv_logger = csv_logger
+        self._gone = False
+        self._replayed = not self._resumed
+
+    @property
+    def service_gone(self) -> bool:
+        """W&B's service stopped answering in this process: nothing more goes to W&B until a resumed attempt."""
+        return self._gone
+
+    def give_up(self, error: BaseException) -> None:
+        """Re-raise ``error`` unless it says W&B's service is gone; if it does, warn once and log nothing more."""
+        if not _service_gone(error):
+            raise error
+        if not self._gone:
+            import wandb
+
+            try:  # frees W&B's exit hook, which would print the same error again as the process ends
+                wandb.teardown()
+            except Exception:  # noqa: BLE001 - it fails the same way: the service is gone
+                pass
+            rank_zero_warn(f"W&B's service is gone ({type(error).__name__}: {error}): W&B logging stops for this "
+                           "attempt; the CSV log and checkpoints go on, and a resumed run (--ckpt_path last) "
+                           f"continues W&B run {self._run_id} and sends it the rows it lacks")
+        self._gone = True
+
+    def _held(self) -> tuple[set[tuple[int, frozenset[str]]], int]:
+        """What W&B holds of the earlier attempts: offline, the rows of their run files, by :func:`_row_key`; online,
+        every row up to the resumed run's last ``trainer/global_step`` (the second value; -1: none)."""
+        run = self.experiment
+        if run.offline:
+            rows = [row for path in Path(run.dir).parents[1].glob(f"offline-run-*-{self._run_id}/run-*.wandb")
+                    if path.parent != Path(run.dir).parent for row in history_rows(read_run_file(path))]
+            return {_row_key(row["trainer/global_step"], row) for row in rows if "trainer/global_step" in row}, -1
+        return set(), int(run.summary.get("trainer/global_step", -1))
+
+    def _replay(self, step: int | None) -> None:
+        """Send W&B the rows of the earlier attempts' CSV logs that it does not hold, those before ``step`` (rows at or
+        after it, written past the checkpoint this attempt resumed from, this attempt logs again)."""
+        held, held_up_to = self._held()
+        current = Path(self._csv_logger.log_dir)
+        logs = sorted(Path(self._csv_logger.root_dir).glob("version_*/metrics.csv"),
+                      key=lambda p: int(p.parent.name.split("_")[1]))
+        for path in logs:
+            if path.parent == current:
+                continue
+            with open(path, newline="") as fh:
+                for row in csv.DictReader(fh):
+                    metrics = {k: float(v) for k, v in row.items() if v != "" and k != "step"}
+                    if not row.get("step") or (step is not None and int(float(row["step"])) >= step):
+                        continue
+                    if int(float(row["step"])) <= held_up_to or _row_key(row["step"], metrics) in held:
+                        continue
+                    super().log_metrics(metrics, step=int(float(row["step"])))
+
+    def _save_state(self) -> None:
+        self._state_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self._state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"id": self._run_id}) + "\n")
+        tmp.replace(self._state_path)
+
+    @rank_zero_only
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        if self._gone:
+            return
+        try:
+            if not self._replayed:
+                self._replayed = True
+                self._replay(step)
+            super().log_metrics(metrics, step)
+        except Exception as error:  # noqa: BLE001 - re-raised unless it says the service is gone
+            self.give_up(error)
+
+    @rank_zero_only
+    def log_hyperparams(self, params: Any) -> None:
+        if self._gone:
+            return
+        self._save_state()  # the run's id, before anything can stop it: a resume continues this W&B run
+        try:
+            super().log_hyperparams(params)
+        except Exception as error:  # noqa: BLE001
+            self.give_up(error)
+
+    @rank_zero_only
+    def log_media(self, record: dict[str, Any]) -> None:
+        """Log pictures and histograms (``record``, with its ``epoch`` and ``trainer/global_step``): not rows of the
+        CSV log, so neither counted nor replayed."""
+        if self._gone:
+            return
+        try:
+            self.experiment.log(record)
+        except Exception as error:  # noqa: BLE001
+            self.give_up(error)
+
+    @rank_zero_only
+    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+        if self._gone:
+            return
+        try:
+            super().after_save_checkpoint(checkpoint_callback)
+        except Exception as error:  # noqa: BLE001
+            self.give_up(error)
+
+    @rank_zero_only
+    def finalize(self, status: str) -> None:
+        if self._gone:
+            return
+        try:
+            super().finalize(status)
+        except Exception as error:  # noqa: BLE001
+            self.give_up(error)
