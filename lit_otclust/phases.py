@@ -10,7 +10,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
-from lit_otclust.clustering import embed_samples, kmeans, match_sizes
+from lit_otclust.clustering import constrained_kmeans, embed_samples, kmeans, match_sizes
 from lit_otclust.data import eval_batch_size
 from lit_otclust.sinkhorn import squared_distances
 
@@ -50,13 +50,16 @@ class PhaseSwitch(L.Callback):
             phase. The same with ``pretrain_epochs=0``.
         center_init: what that initialisation draws. ``"kmeans"`` (default): k-means on the embeddings, as
             above. ``"uniform"``: uniform in [-1, 1]^p, seeded by ``seed`` (DKM's initialisation without
-            pre-training), then ordered by ``match_proportions`` like k-means centers. Evaluation while
-            pre-training still scores k-means centers of the current embedding.
+            pre-training), then ordered by ``match_proportions`` like k-means centers. ``"constrained"``:
+            size-constrained k-means with the model's proportions (:func:`lit_otclust.clustering.constrained_kmeans`),
+            which chooses the center of each w_k by transport cost over ``kmeans_n_init`` restarts, not by k-means'
+            sizes. Evaluation while pre-training still scores k-means centers of the current embedding.
     """
 
     def __init__(self, pretrain_epochs: int = 0, kmeans_n_init: int = 10, seed: int = 0,
                  match_proportions: Literal["none", "sizes"] = "sizes",
-                 kmeans_at: Literal["switch", "start"] = "switch", center_init: Literal["kmeans", "uniform"] = "kmeans") -> None:
+                 kmeans_at: Literal["switch", "start"] = "switch",
+                 center_init: Literal["kmeans", "uniform", "constrained"] = "kmeans") -> None:
         if pretrain_epochs < 0:
             raise ValueError(f"pretrain_epochs must be >= 0, got {pretrain_epochs}")
         if kmeans_n_init < 1:
@@ -65,8 +68,8 @@ class PhaseSwitch(L.Callback):
             raise ValueError(f"match_proportions must be one of {MATCHINGS}, got {match_proportions!r}")
         if kmeans_at not in ("switch", "start"):
             raise ValueError(f"kmeans_at must be 'switch' or 'start', got {kmeans_at!r}")
-        if center_init not in ("kmeans", "uniform"):
-            raise ValueError(f"center_init must be 'kmeans' or 'uniform', got {center_init!r}")
+        if center_init not in ("kmeans", "uniform", "constrained"):
+            raise ValueError(f"center_init must be 'kmeans', 'uniform' or 'constrained', got {center_init!r}")
         self.pretrain_epochs = pretrain_epochs
         self.kmeans_n_init = kmeans_n_init
         self.seed = seed
@@ -162,7 +165,7 @@ class PhaseSwitch(L.Callback):
 
     @torch.no_grad()
     def init_centers(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                     method: Literal["kmeans", "uniform"] | None = None) -> None:
+                     method: Literal["kmeans", "uniform", "constrained"] | None = None) -> None:
         """mu <- k-means on the embeddings of all fitted samples (every rank embeds them all), or uniform draws
         (``method``, default ``center_init``), in the order ``match_proportions`` gives; rank 0 computes them
         and broadcasts, so every rank has the same."""
@@ -173,13 +176,17 @@ class PhaseSwitch(L.Callback):
         pl_module.train(was_training)
         if trainer.is_global_zero:
             K, p = pl_module.centers.shape
-            if (method or self.center_init) == "uniform":
+            method = method or self.center_init
+            if method == "uniform":
                 centers = 2 * torch.rand(K, p, generator=torch.Generator().manual_seed(self.seed)) - 1  # (K, p), CPU
+            elif method == "constrained":  # center k carries w_k already: no reordering
+                centers, _, _ = constrained_kmeans(z, pl_module.proportions, self.kmeans_n_init, self.seed)
             else:
                 centers = kmeans(z, K, self.kmeans_n_init, self.seed)  # (K, p), CPU
             centers = centers.to(z.dtype)  # float32 either way; z has the module's dtype (float64 at precision 64)
-            order = self.center_order(z.cpu(), centers, pl_module.proportions.cpu())
-            centers = centers[order].to(pl_module.centers)
+            if method != "constrained":
+                centers = centers[self.center_order(z.cpu(), centers, pl_module.proportions.cpu())]
+            centers = centers.to(pl_module.centers)
         else:
             centers = torch.empty_like(pl_module.centers)
         centers = trainer.strategy.broadcast(centers, src=0)

@@ -8,6 +8,7 @@ import pytest
 import torch
 from sklearn.cluster import KMeans
 
+from lit_otclust.clustering import constrained_kmeans
 from lit_otclust.data import MNISTDataModule
 from lit_otclust.models import ConvAutoencoder, MLPAutoencoder
 from lit_otclust.losses import OTLoss, SoftKMeans, ot_clustering_loss, soft_kmeans_loss
@@ -495,6 +496,26 @@ def test_center_init_uniform_draws_dkm_centers_at_the_switch_whatever_the_embedd
     np.testing.assert_allclose(np.sort(seen.seen[1].numpy(), 0), np.sort(km.cluster_centers_, 0), atol=1e-4)
     with pytest.raises(ValueError, match="center_init"):
         PhaseSwitch(center_init="random")
+
+
+def test_center_init_constrained_puts_each_share_where_constrained_kmeans_does(data_dir):
+    """center_init="constrained": at the switch mu is size-constrained k-means of the pre-trained embedding with the
+    model's proportions, center k carrying w_k, as constrained_kmeans computes it on that embedding (lr 0: the
+    embedding the switch saw); its nearest-center sizes follow w's order."""
+    L.seed_everything(0)
+    w = [0.4, 0.1, 0.3, 0.2]
+    dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", classes=[0, 1, 2, 3], subset=400,
+                         batch_size=100)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=4, loss=OTLoss(solver="solve"), proportions=w, lr=0.0)
+    trainer = L.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
+                        callbacks=[PhaseSwitch(pretrain_epochs=1, kmeans_n_init=4, seed=3, center_init="constrained")])
+    trainer.fit(module, datamodule=dm)
+    with torch.no_grad():
+        z = module.embed(dm.fit_set.x)
+    centers, g, labels = constrained_kmeans(z, torch.tensor(w), n_init=4, seed=3)
+    torch.testing.assert_close(module.centers.detach(), centers, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(np.bincount(labels.numpy(), minlength=4), np.round(np.array(w) * 400).astype(int))
 
 
 def test_the_scores_do_not_depend_on_the_evaluation_batch_size(data_dir):
