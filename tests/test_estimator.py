@@ -30,7 +30,8 @@ from lit_otclust import OTClustering
 from lit_otclust.metrics import hungarian_accuracy
 
 # A small network and a few epochs: each scikit-learn check fits in well under a second.
-TINY = dict(hidden_dims=(16,), latent_dim=4, max_epochs=3, kmeans_n_init=1)
+TINY = dict(autoencoder="mlp", hidden_dims=(16,), latent_dim=4, max_epochs=3, kmeans_n_init=1)
+FEATURES = dict(kmeans_n_init=2)  # the default on (n, d) features: size-constrained k-means, no autoencoder
 N_CLUSTERS_1 = ("sets n_clusters=1; DeepClustering needs K >= 2 (its properties are checked at K = 2 in "
                 "test_api_the_n_clusters_1_checks_would_test)")
 EXPECTED_FAILED_CHECKS = {name: N_CLUSTERS_1 for name in (
@@ -38,7 +39,8 @@ EXPECTED_FAILED_CHECKS = {name: N_CLUSTERS_1 for name in (
     "check_fit2d_1feature", "check_fit2d_predict1d")}
 
 
-@parametrize_with_checks([OTClustering(**TINY)], expected_failed_checks=lambda estimator: EXPECTED_FAILED_CHECKS)
+@parametrize_with_checks([OTClustering(**TINY), OTClustering(**FEATURES)],
+                         expected_failed_checks=lambda estimator: EXPECTED_FAILED_CHECKS)
 def test_sklearn_estimator_checks(estimator, check) -> None:
     check(estimator)
 
@@ -77,7 +79,8 @@ def test_blobs_of_known_proportions_are_recovered_where_kmeans_drifts_to_equal_s
     bayes = float((log_posterior.argmax(1) == y).mean())  # 0.904
 
     kmeans_acc, kmeans_sizes = _matched(KMeans(3, n_init=10, random_state=0).fit(X).labels_, y)  # 0.853
-    model = OTClustering(3, proportions=w.tolist(), weight_init="glorot", max_epochs=100, random_state=0).fit(X)
+    model = OTClustering(3, proportions=w.tolist(), autoencoder="mlp", weight_init="glorot", max_epochs=100,
+                         random_state=0).fit(X)
     acc, sizes = _matched(model.labels_, y)  # 0.896
 
     assert kmeans_sizes[0] < w[0] - 0.06 and kmeans_sizes[2] > w[2] + 0.06, kmeans_sizes  # 0.525 / 0.283 / 0.192
@@ -227,7 +230,7 @@ def test_cli_clusters_an_npz_of_features_as_the_estimator_does(tmp_path) -> None
     np.savez(tmp_path / "features.npz", x=X.astype(np.float32))
     clusters = _cli_fit_then_predict(tmp_path / "features.npz", tmp_path / "run",
                                      ["--figures.final", "false", "--figures.every_n_epochs", "0"])
-    model = OTClustering(3, hidden_dims=(16,), latent_dim=4, max_epochs=3, batch_size=40, kmeans_n_init=1,
+    model = OTClustering(3, autoencoder="mlp", hidden_dims=(16,), latent_dim=4, max_epochs=3, batch_size=40, kmeans_n_init=1,
                          random_state=0).fit(X.astype(np.float32))
     assert model.module_.autoencoder.input_shape == (5,)
     np.testing.assert_array_equal(clusters, model.labels_)
