@@ -223,10 +223,10 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
         K = self.n_clusters
         w = torch.full((K,), 1.0 / K) if self.proportions is None else torch.as_tensor(
             np.asarray(self.proportions, dtype=float))
-        if self.clustering == "soft_kmeans":  # no size constraint: k-means, and no potential
-            centers, g = kmeans(x, K, self.kmeans_n_init, seed), torch.zeros(K)
-        else:
+        if self._build_loss().constrains_sizes:
             centers, g, _ = constrained_kmeans(x, w, self.kmeans_n_init, seed, epsilon=self.epsilon)
+        else:  # no size constraint: k-means, and no potential
+            centers, g = kmeans(x, K, self.kmeans_n_init, seed), torch.zeros(K)
         self.module_ = None
         self.cluster_centers_ = centers.numpy()
         self.potentials_ = g.numpy()

@@ -100,6 +100,24 @@ def test_predict_is_the_nearest_center_of_the_embedding_and_labels_are_predict_o
     assert model.get_feature_names_out().tolist() == [f"otclustering{i}" for i in range(4)]
 
 
+def test_on_features_the_default_meets_the_shares_and_soft_kmeans_is_sklearns_kmeans() -> None:
+    """Features, no autoencoder: told w, labels_ hold the shares to rounding and predict on the training set gives
+    labels_; without the size constraint (clustering="soft_kmeans") the clustering is sklearn's k-means of the
+    same restarts and seed (the same partition, ARI 1)."""
+    from sklearn.cluster import KMeans
+    from sklearn.metrics import adjusted_rand_score
+
+    X, y, _ = _blobs([600, 300, 100], seed=1)
+    model = OTClustering(3, proportions=[0.6, 0.3, 0.1], random_state=0).fit(X)
+    assert model.module_ is None and model.cluster_centers_.shape == (3, 2)
+    np.testing.assert_array_equal(np.bincount(model.labels_, minlength=3), [600, 300, 100])
+    np.testing.assert_array_equal(model.predict(X), model.labels_)
+    np.testing.assert_array_equal(model.transform(X), X.astype(np.float32))
+    soft = OTClustering(3, clustering="soft_kmeans", random_state=0).fit(X)
+    km = KMeans(3, n_init=10, random_state=0).fit(X.astype(np.float32).astype(np.float64))
+    assert adjusted_rand_score(km.labels_, soft.labels_) == 1.0
+
+
 def test_fit_is_deterministic_and_leaves_the_callers_random_state_alone() -> None:
     X, _, _ = _blobs([30, 20, 10], seed=0)
     torch_state, numpy_state = torch.get_rng_state(), np.random.get_state()
