@@ -26,9 +26,9 @@ import sys
 
 from lit_otclust.legacy import RetiredOption
 # The statistics and the reports live in their own modules; every name stays importable from here.
-from lit_otclust.reports import (IMBALANCED_METHODS, IMBALANCED_PAIRS, IMBALANCED_SETS,  # noqa: F401
-                                 _grid_markdown, _grid_points, _grid_runs, confused, confusion_report, figures,
-                                 imbalanced_report, proxy_check, report, report_folder)
+from lit_otclust.proportions import proportions_report  # noqa: F401
+from lit_otclust.reports import (_grid_markdown, _grid_points, _grid_runs, confused, confusion_report,  # noqa: F401
+                                 figures, proxy_check, report, report_folder)
 from lit_otclust.stats import (BASELINES, COMPARISONS, DKM_FORM, METHODS, NAMES, OTHER_METRICS, PAPER,  # noqa: F401
                                PAPER_P, PAPER_RUNS, SETTINGS, _select, _tags, claims, compare, compare_table, load,
                                paired_power, paper_pvalues, table, table1)

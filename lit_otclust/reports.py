@@ -2,7 +2,7 @@
 (accuracy per epoch, accuracy against a grid key, :func:`figures`, :func:`report_folder`), and what a study file's
 ``report:`` asks for (:func:`report`): which classes merge over training (:func:`confusion_report`), whether a
 short run predicts a long one (:func:`proxy_check`), paired tests (``compare.md``) and the report on known
-non-uniform cluster sizes (:func:`imbalanced_report`). The numbers come from :mod:`lit_otclust.stats`;
+cluster proportions (:mod:`lit_otclust.proportions`). The numbers come from :mod:`lit_otclust.stats`;
 ``lit_otclust.experiments`` re-exports every name.
 """
 
@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from lit_otclust.proportions import proportions_report
 from lit_otclust.stats import BASELINES, _has_tags, _select, _tags, compare, compare_table, load, table, table1
 from lit_otclust.studies import Study
 
@@ -223,7 +224,7 @@ def proxy_check(records: str, at: int = 39, proxy: str | None = None) -> str:
 
 
 _REPORT_KEYS = {"key", "baselines", "grid_key", "grid_default", "table1", "confusion", "proxy_check", "compare",
-                "imbalanced"}
+                "proportions"}
 
 
 def report_folder(out: str | Path, key: str = "val/acc", baselines: str | None = BASELINES,
@@ -252,7 +253,8 @@ def report(study: Study) -> list[Path]:
     - ``confusion``: a list of ``{file, methods, epochs[, share, tags]}``, each a :func:`confusion_report`;
     - ``proxy_check``: ``{file[, at, proxy]}``, a :func:`proxy_check` of ``out``;
     - ``compare``: a list of ``{a, b[, key, epoch, key_b, against]}``, paired tests (:func:`compare`) in ``compare.md``;
-    - ``imbalanced``: ``{balanced: FOLDER}``, the ``report.md`` and figure (:func:`imbalanced_report`).
+    - ``proportions``: a study on known cluster proportions, its ``report.md`` and figure
+      (:func:`lit_otclust.proportions.proportions_report`, whose docstring gives the keys).
     """
     options = study.report
     if set(options) - _REPORT_KEYS:
@@ -287,123 +289,6 @@ def report(study: Study) -> list[Path]:
         path = study.out / "compare.md"
         path.write_text(compare_table(options["compare"]))
         written.append(path)
-    if "imbalanced" in options:
-        written += imbalanced_report(study.out, options["imbalanced"]["balanced"], source)
+    if "proportions" in options:
+        written += proportions_report(study.out, options["proportions"], source)
     return written
-
-
-# Issue #12's report. Method label -> (folder under the data set's, config, grid tags).
-IMBALANCED_METHODS = {
-    "soft k-means": ("uniform_w", "mnist_soft_kmeans", ""),
-    "OT, uniform w": ("uniform_w", "mnist_ot", ""),
-    "unbalanced OT (reg_m 0.2), uniform w": ("uniform_w", "mnist_ot", "reg_m=0.2"),
-    "OT, true w, matched by size": ("true_w", "mnist_ot", "match_proportions=sizes"),
-    "OT, true w, k-means order": ("true_w", "mnist_ot", "match_proportions=none"),
-    "OT, misspecified w (+-30%), matched": ("misspecified_w", "mnist_ot", ""),
-}
-# data set folder -> (label, largest/smallest class, the true proportions' smallest and largest entries)
-IMBALANCED_SETS = {
-    "balanced": ("10 digits, balanced", 1.0, (0.1, 0.1)),
-    "geometric3": ("10 digits, geometric", 3.0, (0.0543, 0.163)),
-    "geometric10": ("10 digits, geometric", 10.0, (0.0245, 0.2447)),
-    "two_digits": ("digits 1 and 2, 20% / 80%", 4.0, (0.2, 0.8)),
-}
-IMBALANCED_PAIRS = [  # (a, b): the effect of a over b, paired by seed
-    ("OT, true w, matched by size", "OT, uniform w"),
-    ("OT, true w, matched by size", "soft k-means"),
-    ("OT, true w, matched by size", "OT, true w, k-means order"),
-    ("OT, misspecified w (+-30%), matched", "OT, true w, matched by size"),
-    ("unbalanced OT (reg_m 0.2), uniform w", "OT, uniform w"),
-    ("unbalanced OT (reg_m 0.2), uniform w", "soft k-means"),
-]
-
-
-def _imbalanced_spec(out: Path, balanced: str, name: str, method: str) -> str:
-    """The ``DIR:CONFIG[:tags]`` of a method's runs on data set ``name``. On balanced MNIST the uniform w is the
-    true w and every size order matches it, so the true-w runs are the uniform-w runs; those, soft k-means and
-    unbalanced OT are the ``balanced`` folder's (the recipe study's, the same commands)."""
-    folder, config, tags = IMBALANCED_METHODS[method]
-    if name == "balanced" and folder != "misspecified_w":
-        return f"{balanced}:{config}" + (f":{tags}" if tags and folder != "true_w" else "")
-    return f"{out / name / folder}:{config}" + (f":{tags}" if tags else "")
-
-
-def imbalanced_report(out: Path, balanced: str, source: str) -> list[Path]:
-    """Issue #12's ``report.md`` (accuracy and sizes per data set and method, paired tests) and
-    ``accuracy_vs_imbalance.png`` in ``out``, from the records under ``out/<data set>/<w>/`` and, for balanced
-    MNIST, ``balanced``. Sets or methods without runs are left out and named."""
-    lines = ["# Known non-uniform cluster sizes", "",
-             "40-epoch proxy, no pre-training, seeds 0-4; val/* on the clustered images, each assigned to its "
-             "nearest center (the paper's rule; cluster sizes are of that assignment). Written by "
-             f"`{source}` from the run records.", "",
-             "| data | largest/smallest | method | runs | acc mean ± sd | acc, potential rule | NMI | ARI | smallest cluster (true) | largest cluster (true) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    missing, acc = [], {}
-    for name, (label, ratio, (w_min, w_max)) in IMBALANCED_SETS.items():
-        for method, (folder, config, _) in IMBALANCED_METHODS.items():
-            try:
-                rs = _select(_imbalanced_spec(out, balanced, name, method))
-            except ValueError:
-                missing.append(f"{label} ({ratio:g}): {method}")
-                continue
-            f = {k: np.array([r["final"][k] for r in rs]) for k in ("val/acc", "val/nmi", "val/ari", "val/size_min", "val/size_max")}
-            # argmin_k ||z - mu_k||^2 - g_k, g the running mean of the Sinkhorn cluster potentials: the rule that
-            # keeps OT's sizes (soft k-means has g = 0, so it equals acc there and is not repeated).
-            potential = f"{np.mean([r['final']['val/acc_potential'] for r in rs]):.3f}" if config == "mnist_ot" else "—"
-            acc[name, method] = f["val/acc"]
-            sd = f" ± {f['val/acc'].std(ddof=1):.3f}" if len(rs) > 1 else ""
-            same = " (the uniform-w runs)" if name == "balanced" and folder == "true_w" else ""
-            lines.append(f"| {label} | {ratio:g} | {method}{same} | {len(rs)} | {f['val/acc'].mean():.3f}{sd} | "
-                         f"{potential} | {f['val/nmi'].mean():.3f} | {f['val/ari'].mean():.3f} | "
-                         f"{f['val/size_min'].mean():.3f} ({w_min:g}) | {f['val/size_max'].mean():.3f} ({w_max:g}) |")
-    lines += ["", "Paired by seed (`lit_otclust.experiments.compare`: paired t-test over the seeds both have):", "",
-              "| data | largest/smallest | a | b | mean a - b ± sd | paired p |", "|---|---|---|---|---|---|"]
-    for name, (label, ratio, _) in IMBALANCED_SETS.items():
-        spec = {m: _imbalanced_spec(out, balanced, name, m) for m in IMBALANCED_METHODS}
-        for a, b in IMBALANCED_PAIRS:
-            if (name, a) in acc and (name, b) in acc and spec[a] != spec[b]:
-                c = compare(spec[a], spec[b], quiet=True)
-                lines.append(f"| {label} | {ratio:g} | {a} | {b} | {c['paired_diff']:+.3f} ± {c['paired_sd']:.3f} | {c['paired_p']:.3g} |")
-        method = "OT, true w, matched by size"  # the same runs under the two assignment rules
-        if (name, method) in acc and name != "balanced":
-            c = compare(spec[method], spec[method], key="val/acc_potential", key_b="val/acc", quiet=True)
-            lines.append(f"| {label} | {ratio:g} | {method}, potential rule | the same runs, nearest center | "
-                         f"{c['paired_diff']:+.3f} ± {c['paired_sd']:.3f} | {c['paired_p']:.3g} |")
-    if missing:
-        lines += ["", "Not run yet: " + "; ".join(missing) + "."]
-    lines += ["", "![accuracy against imbalance](accuracy_vs_imbalance.png)"]
-    (out / "report.md").write_text("\n".join(lines) + "\n")
-    _imbalanced_figure(acc, out / "accuracy_vs_imbalance.png")
-    return [out / "report.md", out / "accuracy_vs_imbalance.png"]
-
-
-def _imbalanced_figure(acc: dict[tuple[str, str], np.ndarray], path: Path) -> None:
-    """(a) 10 digits: accuracy against largest/smallest, a line per method; (b) the two-digit set."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [1.6, 1]})
-    ten = [n for n in IMBALANCED_SETS if n != "two_digits"]
-    for i, method in enumerate(IMBALANCED_METHODS):
-        pts = [(IMBALANCED_SETS[n][1], acc[n, method]) for n in ten if (n, method) in acc]
-        if pts:
-            x = np.array([p[0] for p in pts]) * (1 + 0.02 * (i - 2.5))  # a small offset so error bars do not overlap
-            left.errorbar(x, [a.mean() for _, a in pts], yerr=[a.std(ddof=1) if len(a) > 1 else 0 for _, a in pts],
-                          marker="o", capsize=3, label=method, color=f"C{i}")
-        if ("two_digits", method) in acc:
-            a = acc["two_digits", method]
-            right.errorbar([i], [a.mean()], yerr=[a.std(ddof=1) if len(a) > 1 else 0], marker="o", capsize=3, color=f"C{i}")
-            right.scatter(np.full(len(a), i), a, s=8, color="gray", alpha=0.6)
-    left.set_xscale("log")
-    left.set_xticks([1, 3, 10], ["1", "3", "10"])
-    left.set(xlabel="largest / smallest class", ylabel="accuracy (mean ± sd over seeds)",
-             title="(a) 10 digits, geometric class proportions")
-    left.legend(fontsize=7)
-    right.set_xticks(range(len(IMBALANCED_METHODS)), [m.replace(", ", ",\n", 1) for m in IMBALANCED_METHODS],
-                     fontsize=6, rotation=30, ha="right")
-    right.set(title="(b) digits 1 and 2, 20% / 80%", ylabel="accuracy")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
