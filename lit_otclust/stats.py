@@ -15,17 +15,9 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from lit_otclust.paper import PAPER, PAPER_P, PAPER_RUNS  # noqa: F401 (re-exported)
 from lit_otclust.studies import parse_seeds
 
-# Table 1 of the paper: mean, std, min, max of the accuracy over 50 runs of 200 epochs.
-PAPER = {
-    "mnist": {"kmeans": (0.513, None, None, None), "ae_kmeans": (0.801, 0.025, 0.765, 0.912),
-              "soft_kmeans": (0.810, 0.033, 0.677, 0.883), "soft_kmeans_p": (0.837, 0.032, 0.781, 0.923),
-              "ot": (0.851, 0.032, 0.771, 0.932), "ot_p": (0.846, 0.040, 0.759, 0.928)},
-    "cifar10": {"kmeans": (0.206, None, None, None), "ae_kmeans": (0.237, 0.005, 0.230, 0.259),
-                "soft_kmeans": (0.239, 0.008, 0.227, 0.257), "soft_kmeans_p": (0.243, 0.010, 0.227, 0.261),
-                "ot": (0.243, 0.007, 0.232, 0.260), "ot_p": (0.244, 0.009, 0.230, 0.266)},
-}
 # Table 1's rows in order; soft k-means in DKM's form (the paper's soft k-means, DKM_FORM) beside the soft-min form.
 METHODS = ["kmeans", "ae_kmeans", "soft_kmeans", "soft_kmeans_dkm", "soft_kmeans_p", "soft_kmeans_dkm_p", "ot", "ot_p"]
 # The paper's Welch t-tests: (a, b) pairs it reports p-values for; then OT against DKM's form of soft k-means.
@@ -321,14 +313,6 @@ def compare_table(pairs: list[dict[str, Any]]) -> str:
 
 # ---- the paper's own statistics ----------------------------------------------------------------------------------
 
-# The p-values of the paper's Welch t-tests over its 50 runs a column (its Section 4, beside Table 1), as printed.
-PAPER_P = {
-    "mnist": {("ot", "soft_kmeans"): "1e-12", ("ot_p", "soft_kmeans_p"): "0.10", ("ot_p", "ot"): "> 0.2",
-              ("soft_kmeans_p", "soft_kmeans"): "< 0.05"},
-    "cifar10": {("ot", "soft_kmeans"): "0.0067", ("ot_p", "soft_kmeans_p"): "0.33", ("ot_p", "ot"): "> 0.2",
-                ("soft_kmeans_p", "soft_kmeans"): "< 0.05"},
-}
-PAPER_RUNS = 50
 # The paper's soft k-means is DKM (Fard et al.), whose loss is the expected distance under the soft assignment;
 # configs/mnist_soft_kmeans_dkm*.yaml train that form (SoftKMeans(form="expected")), ours the soft-min.
 DKM_FORM = {"soft_kmeans": "soft_kmeans_dkm", "soft_kmeans_p": "soft_kmeans_dkm_p"}
