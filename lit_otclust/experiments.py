@@ -7,7 +7,7 @@
     python -m lit_otclust.experiments compare --a results/protocol:mnist_ot --b results/protocol:mnist_soft_kmeans
     python -m lit_otclust.experiments claims    # the paper's p-values recomputed from its Table 1, beside ours
 
-``run`` fits every run of a study file (:mod:`lit_otclust.studies`) that has no record yet: ``--jobs`` at a time
+``run`` fits every run of a study file (:mod:`lit_otclust.studies`, run by :mod:`lit_otclust.runner`) that has no record yet: ``--jobs`` at a time
 (``--jobs`` per GPU where several are visible), each on ``--threads`` CPU threads; ``--dry-run`` prints each
 run's command and starts nothing; ``--launcher slurm`` submits the runs left as one SLURM job array. Each fit logs
 to W&B (offline without credentials; ``--no-wandb``: not at all) as one run of the group named by the study, its
@@ -32,8 +32,8 @@ from lit_otclust.reports import (_grid_markdown, _grid_points, _grid_runs, confu
 from lit_otclust.stats import (BASELINES, COMPARISONS, DKM_FORM, METHODS, NAMES, OTHER_METRICS, PAPER,  # noqa: F401
                                PAPER_P, PAPER_RUNS, SETTINGS, _select, _tags, claims, compare, compare_table, load,
                                paired_power, paper_pvalues, table, table1)
-from lit_otclust.studies import (CURVE_KEYS, Study, dry_run, load_study, read_confusions, read_curves,  # noqa: F401
-                                 run_local, run_named, submit_slurm, sync_wandb)
+from lit_otclust.runner import run_local, run_named, submit_slurm, sync_wandb
+from lit_otclust.studies import CURVE_KEYS, Study, dry_run, load_study, read_confusions, read_curves  # noqa: F401
 
 
 def main(argv: list[str] | None = None) -> int:

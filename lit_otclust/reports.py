@@ -16,7 +16,7 @@ import numpy as np
 from scipy import stats
 
 from lit_otclust.proportions import proportions_report
-from lit_otclust.stats import BASELINES, _has_tags, _select, _tags, compare, compare_table, load, table, table1
+from lit_otclust.stats import BASELINES, _has_tags, _tags, compare_table, load, table, table1
 from lit_otclust.studies import Study
 
 

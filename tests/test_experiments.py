@@ -24,7 +24,7 @@ import yaml
 from nbclient import NotebookClient
 from scipy import stats
 
-from lit_otclust import experiments, legacy, studies
+from lit_otclust import experiments, legacy, runner, studies
 from lit_otclust.data import geometric_proportions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,7 +40,7 @@ STANDARD = {"--config", "--seed_everything", "--trainer.default_root_dir", "--tr
 
 
 def write_runs(folder: Path, accs: dict[str, list[float]]) -> None:
-    """Result files in the schema ``studies.execute`` writes, with 3 epochs of curves each."""
+    """Result files in the schema ``runner.execute`` writes, with 3 epochs of curves each."""
     folder.mkdir(parents=True, exist_ok=True)
     for method, values in accs.items():
         for seed, acc in enumerate(values):
@@ -273,12 +273,12 @@ def test_runs_spread_over_the_gpus_jobs_a_gpu(tmp_path, monkeypatch):
                 live[self.gpu] -= 1
             return 1  # failed: no record to read
 
-    monkeypatch.setattr(studies.subprocess, "Popen", Fit)
-    assert studies.run_local(study, jobs=2, threads=2, gpus=["3", "5"]) == 1
+    monkeypatch.setattr(runner.subprocess, "Popen", Fit)
+    assert runner.run_local(study, jobs=2, threads=2, gpus=["3", "5"]) == 1
     assert sorted(seen) == ["3", "3", "5", "5"] and max(most.values()) == 2
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,7")  # a child's ids are this process's own
     monkeypatch.setattr("torch.cuda.device_count", lambda: 2)
-    assert studies.visible_gpus() == ["6", "7"]
+    assert runner.visible_gpus() == ["6", "7"]
 
 
 def test_sigterm_to_the_runner_reaches_the_fit_and_starts_no_other(tmp_path, monkeypatch):
@@ -296,7 +296,7 @@ def test_sigterm_to_the_runner_reaches_the_fit_and_starts_no_other(tmp_path, mon
 
     threading.Thread(target=signal_once_started, daemon=True).start()
     start = time.time()
-    assert studies.run_local(study, jobs=1, gpus=[]) == studies.SIGTERM_EXIT
+    assert runner.run_local(study, jobs=1, gpus=[]) == runner.SIGTERM_EXIT
     assert time.time() - start < 30
     assert not (study.runs[1].root / "started").exists() and not list(tmp_path.glob("*.json"))
 
@@ -342,7 +342,7 @@ def test_the_slurm_array_runs_what_is_left_and_requeues_a_stopped_task(tmp_path,
                        "scontrol": 'echo "$@" > scontrol.args'}.items():
         (bin_dir / tool).write_text(f"#!/usr/bin/env bash\n{body}\n")
         (bin_dir / tool).chmod(stat.S_IRWXU)
-    script = studies.submit_slurm(study, threads=2, jobs=4, options=["--gpus-per-task=1"],
+    script = runner.submit_slurm(study, threads=2, jobs=4, options=["--gpus-per-task=1"],
                                   sbatch=str(bin_dir / "sbatch"))
     text = script.read_text()
     assert script == Path("res/runs/slurm/s.sbatch") and (tmp_path / "sbatch.args").read_text().split() == [str(script)]
@@ -362,7 +362,7 @@ def test_the_slurm_array_runs_what_is_left_and_requeues_a_stopped_task(tmp_path,
     assert study.find(srun[-1]) is study.runs[2]
     for run in study.runs:
         run.record.write_text("{}")
-    assert studies.submit_slurm(study, sbatch=str(bin_dir / "sbatch")) is None
+    assert runner.submit_slurm(study, sbatch=str(bin_dir / "sbatch")) is None
     assert len((tmp_path / "sbatch.args").read_text().splitlines()) == 1
 
 
@@ -374,7 +374,7 @@ def test_the_smoke_study_writes_its_two_records_and_skips_them_the_second_time(d
     spec = yaml.safe_load((STUDIES / "smoke.yaml").read_text())
     spec.update(out=str(tmp_path), epochs=2, set={"data.data_dir": str(data_dir), "figures.every_n_epochs": 1})
     study = studies.parse_study(spec, STUDIES / "smoke.yaml")
-    assert studies.run_local(study, jobs=1, gpus=[]) == 0
+    assert runner.run_local(study, jobs=1, gpus=[]) == 0
     records = experiments.load(tmp_path)
     assert [r["seed"] for r in records] == [0, 1]
     for record, run in zip(records, study.runs):
@@ -391,7 +391,7 @@ def test_the_smoke_study_writes_its_two_records_and_skips_them_the_second_time(d
             assert np.trace(counts) / 1000 == pytest.approx(record["curves"][epoch]["val/acc"], abs=1e-6)
     written = {p: p.stat().st_mtime_ns for p in tmp_path.glob("*.json")}
     capsys.readouterr()
-    assert studies.run_local(study, jobs=1, gpus=[]) == 0
+    assert runner.run_local(study, jobs=1, gpus=[]) == 0
     assert f"2 runs in {tmp_path}: 2 done, 0 to run" in capsys.readouterr().out
     assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("*.json")} == written
 
@@ -400,17 +400,17 @@ def test_a_resumed_runs_seconds_count_every_attempt_up_to_its_last_checkpoint(tm
     """Attempt 1 runs from t=100 and is killed after its last checkpoint at t=400; attempt 2 resumes at
     t=1000 and ends at t=1500: 300 + 500 seconds, not the last attempt's 500."""
     ckpt = tmp_path / "checkpoints" / "last.ckpt"
-    assert studies._attempts_seconds(tmp_path, 100.0, done=False) == 0
+    assert runner._attempts_seconds(tmp_path, 100.0, done=False) == 0
     ckpt.parent.mkdir()
     ckpt.write_bytes(b"")
     os.utime(ckpt, (400.0, 400.0))
-    assert studies._attempts_seconds(tmp_path, 1000.0, done=False) == 300
-    assert studies._attempts_seconds(tmp_path, 1500.0, done=True) == 800
+    assert runner._attempts_seconds(tmp_path, 1000.0, done=False) == 300
+    assert runner._attempts_seconds(tmp_path, 1500.0, done=True) == 800
     # A run done in one attempt counts that attempt alone.
     other = tmp_path / "other"
     other.mkdir()
-    studies._attempts_seconds(other, 10.0, done=False)
-    assert studies._attempts_seconds(other, 60.0, done=True) == 50
+    runner._attempts_seconds(other, 10.0, done=False)
+    assert runner._attempts_seconds(other, 60.0, done=True) == 50
 
 
 def test_a_records_commit_is_dirty_for_code_changes_not_for_results(tmp_path, monkeypatch):
@@ -425,11 +425,11 @@ def test_a_records_commit_is_dirty_for_code_changes_not_for_results(tmp_path, mo
     git("add", "-A")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
     head = git("rev-parse", "HEAD").strip()
-    monkeypatch.setattr(studies, "REPO", tmp_path)
+    monkeypatch.setattr(runner, "REPO", tmp_path)
     (tmp_path / "results/table.md").write_text("v2\n")
-    assert studies._commit() == head
+    assert runner._commit() == head
     (tmp_path / "configs/a.yaml").write_text("v2\n")
-    assert studies._commit() == head + "+dirty"
+    assert runner._commit() == head + "+dirty"
 
 
 # ---- reports ---------------------------------------------------------------------------------------------------
@@ -776,14 +776,14 @@ def test_a_run_another_runner_holds_is_skipped_not_run_twice(tmp_path):
     run.root.mkdir(parents=True)
     with open(run.root / "running.lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        with studies._forward_sigterm():  # as the runner calls it (a stop left by an earlier test is cleared)
-            status, line = studies.execute(run, None)
+        with runner._forward_sigterm():  # as the runner calls it (a stop left by an earlier test is cleared)
+            status, line = runner.execute(run, None)
     assert (status, line) == (0, f"skip {run.name}: running in another process")
     assert sorted(p.name for p in run.root.iterdir()) == ["running.lock"]
     assert not run.done
     # the lock went with its holder: a finished record is now seen and skipped without a fit
     run.record.write_text("{}\n")
-    assert studies.execute(run, None) == (0, f"skip {run.name}")
+    assert runner.execute(run, None) == (0, f"skip {run.name}")
 
 
 @pytest.mark.parametrize("series", [3, 40])
@@ -824,9 +824,9 @@ def test_a_studys_fits_are_wandb_runs_grouped_by_study_column_and_seed(data_dir,
             "grid": {"model.epsilon": [0.05]}, "set": {"data.data_dir": str(data_dir)}}
     study_file.write_text(yaml.safe_dump(spec))
     study = studies.load_study(study_file)
-    assert studies.run_local(study, jobs=1, gpus=[], wandb=True) == 0
+    assert runner.run_local(study, jobs=1, gpus=[], wandb=True) == 0
     (run,) = study.runs
-    (offline,) = studies.offline_wandb_runs(study)
+    (offline,) = runner.offline_wandb_runs(study)
     (run_file,) = offline.glob("run-*.wandb")
     records = wait_for_exit(run_file)
     first, *updates = [r.run for r in records if r.WhichOneof("record_type") == "run"]
@@ -851,7 +851,7 @@ def test_wandb_tags_and_job_types_longer_than_wandbs_limit_stay_distinct():
     """W&B refuses tags over 64 characters: long ones are cut with a hash, so two long grid points stay apart."""
     a = studies.Run("configs/mnist_ot.yaml", 3, {"model.proportions": "[" + ",".join(["0.1"] * 10) + "]"}, {}, Path("x"))
     b = studies.Run("configs/mnist_ot.yaml", 3, {"model.proportions": "[" + ",".join(["0.1"] * 9) + ",0.2]"}, {}, Path("x"))
-    args_a, args_b = studies.wandb_args(a, None), studies.wandb_args(b, None)
+    args_a, args_b = runner.wandb_args(a, None), runner.wandb_args(b, None)
     values_a = dict(zip(args_a[::2], args_a[1::2]))
     values_b = dict(zip(args_b[::2], args_b[1::2]))
     tags_a, tags_b = json.loads(values_a["--wandb.tags"]), json.loads(values_b["--wandb.tags"])
