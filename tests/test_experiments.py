@@ -829,6 +829,8 @@ def test_a_studys_fits_are_wandb_runs_grouped_by_study_column_and_seed(data_dir,
     (offline,) = runner.offline_wandb_runs(study)
     (run_file,) = offline.glob("run-*.wandb")
     records = wait_for_exit(run_file)
+    # The fit owned its W&B service and finished its run, though this process had started one (an earlier test's).
+    assert any(r.WhichOneof("record_type") == "exit" for r in records), "the fit's W&B run never finished"
     first, *updates = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     assert (first.run_group, first.job_type, first.display_name) == ("tiny_study", "smoke__epsilon=0.05", run.name)
     tags = set(first.tags).union(*(u.tags for u in updates))
