@@ -50,18 +50,25 @@ def _service_gone(error: BaseException) -> bool:
 
 
 def close_after_stop(exit_code: int) -> None:
-    """End this process's W&B connection as a stopped fit exits, instead of W&B's exit hook: where the stop's
-    SIGTERM also ended W&B's service, the hook fails on the closed socket and prints its traceback as the process
-    ends. Here that case prints one line; a live service is torn down as the hook would."""
+    """Finish this process's W&B run as a stopped fit exits (``exit_code``, as W&B's exit hook would), so that a
+    caller that goes on (a notebook, a test) can start another. Where the stop's SIGTERM also ended W&B's service, the
+    finish fails on the closed socket, and so would the exit hook, printing its traceback as the process ends: then
+    W&B is torn down here, quietly, with one line instead."""
     if "wandb" not in sys.modules:
         return
     import wandb
 
+    if wandb.run is None:
+        return
     try:
-        wandb.teardown(exit_code)
+        wandb.run.finish(exit_code=exit_code)
     except Exception as error:  # noqa: BLE001 - re-raised unless it says the service is gone
         if not _service_gone(error):
             raise
+        try:  # frees the exit hook, which would fail the same way
+            wandb.teardown()
+        except Exception:  # noqa: BLE001
+            pass
         print("lit_otclust: W&B's service had stopped (the same SIGTERM reached it); the resumed run continues its "
               "W&B run and sends it the rows it lacks", file=sys.stderr)
 
