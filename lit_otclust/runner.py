@@ -137,9 +137,6 @@ def execute(run: Run, study_file: Path | None, threads: int = 1, wandb: bool = F
     if _stopping.is_set():
         return SIGTERM_EXIT, f"not started {run.name}: stopping"
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "WANDB_SILENT": "true"}
-    # Each fit starts and owns its W&B service. The token of one this process started (a notebook or a test that
-    # logged to W&B) would attach the fit to it: the fit's run then never finishes, its file has no exit record.
-    env.pop("WANDB_SERVICE", None)
     if not wandb:
         env["WANDB_MODE"] = "disabled"
     if gpu is not None:

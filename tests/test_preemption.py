@@ -157,7 +157,13 @@ def test_sigterm_to_every_process_with_wandb_on_saves_exits_143_and_resumes_as_o
     on the closed socket (it did, with exit 1 and no requeue) but save and exit 143 every time. One stop signals the
     fit alone, so that W&B's file of that attempt is complete. Resumed to the end, the offline W&B runs are one run
     (one id) that holds every epoch's val/acc as the CSV log does, once: what W&B lost is sent again, what it kept
-    is not."""
+    is not. The attempts start from a process whose W&B service is running (as from a notebook or a test session
+    that used W&B): each must still own its own service, or the run never finishes there and the next attempt finds
+    its id "in use"."""
+    import wandb
+
+    wandb.setup()  # this process's service, whose token (WANDB_SERVICE) every attempt inherits
+    assert os.environ.get("WANDB_SERVICE")
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
     root, rng = tmp_path / "run", random.Random(3)
     command = [sys.executable, "-m", "lit_otclust", "fit", "--config", SMOKE, "--data.data_dir", str(data_dir),
