@@ -5,8 +5,8 @@ rank 0) included, which exits on it. The fit itself holds SIGTERM until a batch 
 (:class:`lit_otclust.checkpointing.SignalCheckpoint`), but the logging in between (an epoch's validation metrics, its
 figures) then meets a closed socket: ``ConnectionResetError`` out of ``log_metrics``, and a run that should have
 saved and requeued fails with exit 1. The service cannot be shielded from the job's signal from inside the job (it
-runs in its own session already, and SLURM's process tracking signals every descendant), so the logging is what
-must not fail:
+runs in its own session already, SLURM's process tracking signals every descendant, and the Go runtime unblocks
+SIGTERM however it was started), so the logging is what must not fail:
 
 - :class:`ResumableWandbLogger` catches the errors of a gone service, warns once, and logs nothing more to W&B in
   this process; the CSV log and the checkpoints go on, and the run stops, saves and exits 143 as it would.
@@ -218,7 +218,7 @@ class ResumableWandbLogger(WandbLogger):
     @rank_zero_only
     def log_media(self, record: dict[str, Any]) -> None:
         """Log pictures and histograms (``record``, with its ``epoch`` and ``trainer/global_step``): not rows of the
-        CSV log, so neither counted nor replayed."""
+        CSV log, so a resumed attempt does not send them again."""
         if self._gone:
             return
         try:
