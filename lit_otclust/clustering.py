@@ -86,8 +86,8 @@ def constrained_kmeans(x: Tensor, proportions: Tensor, n_init: int = 20, seed: i
     alternating the plan P (:func:`lit_otclust.sinkhorn.sinkhorn`, on the cost divided by s, the mean squared
     distance of the points to their nearest starting center, so that ``epsilon`` is relative) and the centers
     :math:`\mu_k = \sum_i P_{ik} x_i / w_k`, to a center shift below ``tol`` (relative to s). Which center carries which
-    :math:`w_k` is a local optimum's choice; the transport cost tells the right one (on blobs of known shares, the
-    permutation of w of least cost after Lloyd was the truth's). So each of ``n_init`` restarts starts from one
+    :math:`w_k` is a local optimum's choice, which the transport cost judges (k-means' sizes can mislead it: RESULTS.md,
+    "Arrays and features"). So each of ``n_init`` restarts starts from one
     k-means++ run (sklearn, seed ``seed + r``), half with w matched to its clusters by size (:func:`match_sizes`),
     half with w in a seeded random order, and the restart of least transport cost wins. Each point then goes to
     :math:`\arg\min_k \|x_i - \mu_k\|^2 - g_k` with g the plan's column potential: the assignment that meets the

@@ -15,8 +15,8 @@ checkpoints, pictures and progress bar are left out. A sample's cluster is ``arg
 
 On features ((n, d) arrays) the default is no autoencoder: size-constrained k-means in the input space
 (:func:`~lit_otclust.clustering.constrained_kmeans`, the same entropic OT assignment with the centers as the only
-parameters), whose assignment ``argmin_k ||x - mu_k||^2 - g_k`` meets w. On long-tailed blobs it matched or beat
-k-means where the autoencoder scored 0.58-0.86 against k-means' 0.84 (``scripts/estimator_features.py``).
+parameters), whose assignment ``argmin_k ||x - mu_k||^2 - g_k`` meets w: on features it is the better default of the
+two (RESULTS.md, "Arrays and features").
 """
 
 from __future__ import annotations
