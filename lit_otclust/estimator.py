@@ -42,7 +42,7 @@ from lit_otclust.losses import ClusteringLoss, OTLoss, SoftKMeans
 from lit_otclust.models import ConvAutoencoder, MLPAutoencoder
 from lit_otclust.phases import PhaseSwitch
 from lit_otclust.sinkhorn import squared_distances
-from lit_otclust.system import DeepClustering
+from lit_otclust.system import DeepClustering, check_proportions
 
 # Kept as they come (uint8 pixels are divided by 255, as the command line's ArrayDataModule does); any other
 # dtype becomes float32, the autoencoder's.
@@ -219,7 +219,7 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
 
     def _fit_centers(self, X: np.ndarray, seed: int) -> OTClustering:
         """``autoencoder="none"``: the centers in X's space, by size-constrained k-means (or k-means)."""
-        x = torch.as_tensor(np.asarray(X, dtype=np.float32).reshape(len(X), -1))
+        x = _features(X)
         K = self.n_clusters
         w = torch.full((K,), 1.0 / K) if self.proportions is None else torch.as_tensor(
             np.asarray(self.proportions, dtype=float))
@@ -251,12 +251,8 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
             raise ValueError(f"clustering must be 'ot' or 'soft_kmeans', got {self.clustering!r}")
         if self.autoencoder not in ("auto", "none", "mlp", "conv"):
             raise ValueError(f"autoencoder must be 'auto', 'none', 'mlp' or 'conv', got {self.autoencoder!r}")
-        if self.proportions is not None:
-            w = np.asarray(self.proportions, dtype=float)
-            if w.shape != (self.n_clusters,):
-                raise ValueError(f"proportions has {w.size} entries but n_clusters is {self.n_clusters}")
-            if not np.all(np.isfinite(w) & (w >= 0)) or abs(w.sum() - 1) > 1e-6:
-                raise ValueError(f"proportions must be finite, non-negative and sum to 1, got {list(self.proportions)}")
+        if self.proportions is not None:  # the path without an autoencoder builds no DeepClustering, which checks it
+            check_proportions(np.asarray(self.proportions, dtype=float).tolist(), self.n_clusters, "n_clusters")
         for name in ("n_clusters", "max_epochs", "batch_size", "latent_dim"):
             value = getattr(self, name)
             if not isinstance(value, numbers.Integral) or value < (2 if name == "n_clusters" else 1):
@@ -298,8 +294,8 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
         """X validated against the fitted shape and read as the data module reads it: float32 (n, *input_shape)."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, allow_nd=True, dtype=_DTYPES)
-        if self.module_ is None:  # centers in X's space: X as the module would read (n, d) features
-            return torch.as_tensor(np.asarray(X, dtype=np.float32).reshape(len(X), -1))
+        if self.module_ is None:  # centers in X's space
+            return _features(X)
         input_shape = self.module_.autoencoder.input_shape
         data = ArrayDataModule.from_arrays(X, num_classes=len(self.cluster_centers_), channels_last=self.channels_last,
                                            batch_size=1, drop_last=False)
@@ -319,6 +315,11 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
             centers, g = torch.as_tensor(self.cluster_centers_), torch.as_tensor(self.potentials_)
             return (squared_distances(z.float(), centers) - g).argmin(1).numpy()  # (n,)
         return self.module_.assign(z).cpu().numpy()  # (n,)
+
+
+def _features(X: np.ndarray) -> Tensor:
+    """X as the path without an autoencoder reads it: (n, d) float32, each sample flattened."""
+    return torch.as_tensor(np.asarray(X, dtype=np.float32).reshape(len(X), -1))
 
 
 @contextlib.contextmanager

@@ -155,8 +155,8 @@ class ClusterFigures(L.Callback):
         if fit_set is None:
             rank_zero_warn("ClusterFigures draws the data module's `fit_set`; this run has none, so no figures")
             return {}
-        wandb_loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)
-                      and not getattr(lg, "service_gone", False)]
+        wandb_loggers = [lg for lg in trainer.loggers
+                         if isinstance(lg, WandbLogger) and not getattr(lg, "service_gone", False)]
         modes = {m: m.training for m in pl_module.modules()}
         pl_module.eval()  # e.g. BatchNorm must not update its running statistics here
         try:
@@ -258,10 +258,12 @@ class ClusterFigures(L.Callback):
         figures["sizes"] = sizes_figure(sizes[order], w[order], labels, head)
 
         loss = getattr(pl_module, "loss", None) if getattr(pl_module, "joint", False) else None
-        m = min(getattr(datamodule, "batch_size", 300), N)
-        batch = torch.randperm(N, generator=torch.Generator().manual_seed(1))[:m]
-        z_batch = snap.z[batch].to(pl_module.device, pl_module.dtype)
-        res = loss.plan(z_batch, pl_module.centers, pl_module.proportions) if loss is not None else None
+        res = None
+        if loss is not None:
+            m = min(getattr(datamodule, "batch_size", 300), N)
+            batch = torch.randperm(N, generator=torch.Generator().manual_seed(1))[:m]
+            z_batch = snap.z[batch].to(pl_module.device, pl_module.dtype)
+            res = loss.plan(z_batch, pl_module.centers, pl_module.proportions)
         if res is not None:  # a loss with a transport plan, in the joint phase
             # As train/plan_moved: the share the plan sends to another center than the nearest.
             nearest = squared_distances(z_batch, pl_module.centers.detach()).argmin(1)

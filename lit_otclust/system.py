@@ -15,6 +15,7 @@ loss) are switched by :class:`lit_otclust.phases.PhaseSwitch`; this module only 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Literal
 
 import lightning as L
@@ -29,6 +30,15 @@ from lit_otclust.metrics import HungarianAccuracy
 from lit_otclust.sinkhorn import NonFiniteCostError, squared_distances
 
 EVAL_SETS = ("val", "heldout")  # dataloader 0: the fitted samples; 1: the held-out test split
+
+
+def check_proportions(proportions: Sequence[float], num_clusters: int, clusters_name: str = "num_clusters") -> None:
+    """Raise ValueError unless ``proportions`` has ``num_clusters`` entries, finite, non-negative, summing to 1 (within
+    1e-6); ``clusters_name`` is how the caller names K (the estimator's ``n_clusters``)."""
+    if len(proportions) != num_clusters:
+        raise ValueError(f"proportions has {len(proportions)} entries but {clusters_name} is {num_clusters}")
+    if not all(math.isfinite(p) and p >= 0 for p in proportions) or abs(sum(proportions) - 1.0) > 1e-6:
+        raise ValueError(f"proportions must be finite, non-negative and sum to 1 (within 1e-6), got {list(proportions)}")
 
 
 class DeepClustering(L.LightningModule):
@@ -79,10 +89,7 @@ class DeepClustering(L.LightningModule):
             raise ValueError(f"num_clusters must be >= 2, got {num_clusters}")
         if proportions is not None:
             # Checked here, not at the first joint step (after all of pre-training in the (p) configs).
-            if len(proportions) != num_clusters:
-                raise ValueError(f"proportions has {len(proportions)} entries but num_clusters is {num_clusters}")
-            if not all(math.isfinite(p) and p >= 0 for p in proportions) or abs(sum(proportions) - 1.0) > 1e-6:
-                raise ValueError(f"proportions must be finite, non-negative and sum to 1 (within 1e-6), got {list(proportions)}")
+            check_proportions(proportions, num_clusters)
         # The autoencoder and the loss stay in hparams: under LightningCLI they are their class_path configs,
         # which lets load_from_checkpoint rebuild them.
         self.save_hyperparameters()

@@ -195,51 +195,37 @@ class ResumableWandbLogger(WandbLogger):
 
     @rank_zero_only
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        if not self._replayed and self._guarded(self._replay, step):
+            self._replayed = True
+        self._guarded(super().log_metrics, metrics, step)
+
+    def _guarded(self, call: Any, *args: Any) -> bool:
+        """``call(*args)`` unless the service is gone; its errors go to :meth:`give_up`. Returns whether it ran."""
         if self._gone:
-            return
+            return False
         try:
-            if not self._replayed:
-                self._replayed = True
-                self._replay(step)
-            super().log_metrics(metrics, step)
+            call(*args)
         except Exception as error:  # noqa: BLE001 - re-raised unless it says the service is gone
             self.give_up(error)
+            return False
+        return True
 
     @rank_zero_only
     def log_hyperparams(self, params: Any) -> None:
-        if self._gone:
-            return
-        self._save_state()  # the run's id, before anything can stop it: a resume continues this W&B run
-        try:
-            super().log_hyperparams(params)
-        except Exception as error:  # noqa: BLE001
-            self.give_up(error)
+        if not self._gone:
+            self._save_state()  # the run's id, before anything can stop it: a resume continues this W&B run
+        self._guarded(super().log_hyperparams, params)
 
     @rank_zero_only
     def log_media(self, record: dict[str, Any]) -> None:
         """Log pictures and histograms (``record``, with its ``epoch`` and ``trainer/global_step``): not rows of the
         CSV log, so a resumed attempt does not send them again."""
-        if self._gone:
-            return
-        try:
-            self.experiment.log(record)
-        except Exception as error:  # noqa: BLE001
-            self.give_up(error)
+        self._guarded(lambda: self.experiment.log(record))
 
     @rank_zero_only
     def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
-        if self._gone:
-            return
-        try:
-            super().after_save_checkpoint(checkpoint_callback)
-        except Exception as error:  # noqa: BLE001
-            self.give_up(error)
+        self._guarded(super().after_save_checkpoint, checkpoint_callback)
 
     @rank_zero_only
     def finalize(self, status: str) -> None:
-        if self._gone:
-            return
-        try:
-            super().finalize(status)
-        except Exception as error:  # noqa: BLE001
-            self.give_up(error)
+        self._guarded(super().finalize, status)
