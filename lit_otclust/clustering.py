@@ -75,6 +75,43 @@ def match_sizes(sizes: Tensor, proportions: Tensor) -> Tensor:
 
 
 @torch.no_grad()
+def constrained_lloyd(x: Tensor, proportions: Tensor, centers: Tensor, epsilon: float = 1e-2, max_iter: int = 100,
+                      tol: float = 1e-6, scale: Tensor | None = None) -> tuple[float, Tensor, Tensor]:
+    r"""Lloyd's iterations of :func:`constrained_kmeans` from given centers, center k carrying w_k.
+
+    Args:
+        x: (n, d) points, float64.
+        proportions: w, (K,), float64.
+        centers: (K, d), the start.
+        epsilon: the entropic regularisation, relative to s.
+        max_iter, tol: the stopping rule, a center shift below ``tol`` relative to s; ``max_iter=0``: the plan for
+            the given centers.
+        scale: s; default: the mean squared distance of the points to their nearest starting center.
+
+    Returns:
+        the transport cost :math:`\langle P, C \rangle` in x's units (comparable between starts), the centers (K, d)
+        and the column potential g (K,) in units of squared distance.
+    """
+    from lit_otclust.sinkhorn import sinkhorn, squared_distances  # here: the figures import this module early
+
+    mu, w = centers.double(), proportions.double()
+    if scale is None:
+        scale = squared_distances(x, mu).min(1).values.mean().clamp_min(torch.finfo(x.dtype).tiny)
+    g = None
+    for _ in range(max_iter):
+        res = sinkhorn(squared_distances(x, mu) / scale, None, w, epsilon=epsilon, g_init=g, warn=False, check_every=1)
+        g = res.g
+        new = res.plan.T @ x / res.plan.sum(0).clamp_min(torch.finfo(x.dtype).tiny)[:, None]  # (K, d)
+        shift = float((new - mu).pow(2).sum(1).max() / scale)
+        mu = new
+        if shift < tol:
+            break
+    cost = squared_distances(x, mu)  # (n, K)
+    res = sinkhorn(cost / scale, None, w, epsilon=epsilon, g_init=g, warn=False, check_every=1)
+    return float((res.plan * cost).sum()), mu, res.g * scale
+
+
+@torch.no_grad()
 def constrained_kmeans(x: Tensor, proportions: Tensor, n_init: int = 20, seed: int = 0, epsilon: float = 1e-2,
                        max_iter: int = 100, tol: float = 1e-6) -> tuple[Tensor, Tensor, Tensor]:
     r"""k-means whose clusters hold prescribed shares: Lloyd's iterations with an entropic OT assignment step.
@@ -89,7 +126,10 @@ def constrained_kmeans(x: Tensor, proportions: Tensor, n_init: int = 20, seed: i
     :math:`w_k` is a local optimum's choice, which the transport cost judges (k-means' sizes can mislead it: RESULTS.md,
     "Arrays and features"). So each of ``n_init`` restarts starts from one
     k-means++ run (sklearn, seed ``seed + r``), half with w matched to its clusters by size (:func:`match_sizes`),
-    half with w in a seeded random order, and the restart of least transport cost wins. Each point then goes to
+    half with w in a seeded random order, and the restart of least transport cost wins. From it, a local search
+    over which center carries which share: the two shares of each pair of centers are swapped and Lloyd's iterations
+    rerun, a swap of lower transport cost is kept, until no swap lowers it (a restart's order is often one swap
+    from a better one: RESULTS.md, "Arrays and features"). Each point then goes to
     :math:`\arg\min_k \|x_i - \mu_k\|^2 - g_k` with g the plan's column potential: the assignment that meets the
     shares (to rounding, at small epsilon).
 
@@ -104,13 +144,13 @@ def constrained_kmeans(x: Tensor, proportions: Tensor, n_init: int = 20, seed: i
         centers (K, d), center k carrying w_k; the potential g (K,) in units of squared distance; labels (n,) int64,
         ``argmin_k ||x_i - centers_k||^2 - g_k``.
     """
-    from lit_otclust.sinkhorn import sinkhorn, squared_distances  # here: the figures import this module early
+    from lit_otclust.sinkhorn import squared_distances
 
     x = x.detach().double().cpu()
     w = proportions.detach().double().cpu()
     K = len(w)
     order = torch.Generator().manual_seed(seed)
-    best: tuple[float, Tensor, Tensor, Tensor] | None = None
+    best: tuple[float, Tensor, Tensor, Tensor, Tensor] | None = None  # cost, centers, g, share, scale
     for restart in range(n_init):
         km = KMeans(n_clusters=K, n_init=1, random_state=seed + restart, init="k-means++").fit(x.numpy())
         mu = torch.as_tensor(km.cluster_centers_)
@@ -119,22 +159,24 @@ def constrained_kmeans(x: Tensor, proportions: Tensor, n_init: int = 20, seed: i
             share = torch.argsort(match_sizes(sizes, w))  # k-means center j carries w[share[j]]
         else:
             share = torch.randperm(K, generator=order)
-        w_of = w[share]
+        # one scale per restart, kept by its swaps: epsilon stays relative to the same s while the search runs
         scale = squared_distances(x, mu).min(1).values.mean().clamp_min(torch.finfo(x.dtype).tiny)
-        g = None
-        for _ in range(max_iter):
-            res = sinkhorn(squared_distances(x, mu) / scale, None, w_of, epsilon=epsilon, g_init=g, warn=False)
-            g = res.g
-            new = res.plan.T @ x / res.plan.sum(0).clamp_min(torch.finfo(x.dtype).tiny)[:, None]  # (K, d)
-            shift = float((new - mu).pow(2).sum(1).max() / scale)
-            mu = new
-            if shift < tol:
-                break
-        cost = squared_distances(x, mu)  # (n, K)
-        res = sinkhorn(cost / scale, None, w_of, epsilon=epsilon, g_init=g, warn=False)
-        value = float((res.plan * cost).sum())  # in x's units, comparable across restarts
+        value, mu, g = constrained_lloyd(x, w[share], mu, epsilon, max_iter, tol, scale)
         if best is None or value < best[0]:
-            back = torch.argsort(share)  # center k of the result is this restart's center back[k], which carries w_k
-            best = (value, mu[back], res.g[back] * scale, share[(cost - res.g * scale).argmin(1)])
-    _, centers, g, labels = best
-    return centers.float(), g.float(), labels
+            best = (value, mu, g, share, scale)
+    value, mu, g, share, scale = best
+    improved = True
+    while improved:
+        improved = False
+        for a in range(K):
+            for b in range(a + 1, K):
+                if w[share[a]] == w[share[b]]:
+                    continue  # equal shares: the swap changes nothing
+                swapped = share.clone()
+                swapped[[a, b]] = share[[b, a]]
+                trial = constrained_lloyd(x, w[swapped], mu, epsilon, max_iter, tol, scale)
+                if trial[0] < value * (1 - 1e-9):
+                    (value, mu, g), share, improved = trial, swapped, True
+    back = torch.argsort(share)  # center k of the result is center back[k] of the search, which carries w_k
+    labels = share[(squared_distances(x, mu) - g).argmin(1)]
+    return mu[back].float(), g[back].float(), labels

@@ -152,7 +152,7 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
         pretrain_epochs: int = 0,
         batch_size: int = 300,
         lr: float = 1e-3,
-        kmeans_n_init: int = 10,
+        kmeans_n_init: int = 20,
         channels_last: bool | None = None,
         accelerator: str = "auto",
         trainer_kwargs: dict[str, Any] | None = None,

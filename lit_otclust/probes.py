@@ -4,6 +4,7 @@
     python -m lit_otclust.probes init_scale --data_dir ../shared/data
     python -m lit_otclust.probes kmeans_inits --data_dir ../shared/data --out results/study_kmeans [--ckpts CKPT ...]
     python -m lit_otclust.probes plan_noise results/figures_mnist_ot_seed0/predictions.csv.gz
+    python -m lit_otclust.probes proportions --data_dir ../shared/data --out results/imbalanced_embedding CKPT [...]
 
 - ``embedding_scale``: how large the learned embedding is against epsilon: per-dimension std of f(x) and the mean
   squared distance to the nearest center, over all 70k images (the clustering term acts only where epsilon is
@@ -12,6 +13,11 @@
   centers the joint phase would start from and that partition's accuracy.
 - ``kmeans_inits``: how much k-means restarts (``n_init``) move the accuracy on a fixed embedding.
 - ``plan_noise``: how much mass a balanced plan must move off the nearest centers from batch sampling alone.
+- ``proportions``: what a known w can do on a fixed embedding (its checkpoint's data set, imbalanced ones
+  included): k-means; the joint phase's start (the k-means centers, w matched by size, each image to
+  ``argmin_k ||z - mu_k||^2 - g_k``); size-constrained k-means; and size-constrained k-means started from the
+  class means, each class carrying its own share. Where the last has a higher transport cost than the search's,
+  the size-constrained objective prefers another partition to the classes on that embedding.
 
 The checkpoints are read by their weights (``autoencoder.*``, ``centers``), so those of any version of the
 system load; the encoder is the paper's MNIST MLP.
@@ -31,6 +37,7 @@ import torch
 from sklearn.cluster import KMeans
 from torch import Tensor, nn
 
+from lit_otclust.clustering import constrained_kmeans, constrained_lloyd, match_sizes
 from lit_otclust.data import MNISTDataModule
 from lit_otclust.metrics import hungarian_accuracy
 from lit_otclust.models import MLPAutoencoder, WeightInit
@@ -181,6 +188,71 @@ def plan_noise(predictions: str, batch: int = 300, batches: int = 2000) -> None:
         print(f"forced move per batch of {m}, learned partition: {forced_move(clusters, K, m, batches // 4, 0):.3f}")
 
 
+def _fitted_set(state: dict, data_dir: str) -> tuple[Tensor, Tensor]:
+    """The images (N, 784) and labels a checkpoint was fitted on, rebuilt from its data module's settings."""
+    hparams = {k: v for k, v in state["datamodule_hyper_parameters"].items() if not k.startswith("_")}
+    if state["datamodule_hyper_parameters"].get("_class_path", "").rsplit(".", 1)[-1] != "MNISTDataModule":
+        raise ValueError("the proportions probe reads MNIST checkpoints; this one was fitted on "
+                         f"{state['datamodule_hyper_parameters'].get('_class_path')}")
+    dm = MNISTDataModule(**{**hparams, "data_dir": data_dir, "download": False})
+    dm.setup("fit")
+    return dm.fit_set.x, dm.fit_set.y
+
+
+def _partition(name: str, labels: Tensor, y: Tensor, K: int, cost: float | None) -> dict:
+    scores = hungarian_accuracy(labels, y, K, K)
+    return {"partition": name, "acc": float(scores["acc"]), "size_error": float(scores["size_error"]),
+            "cost": cost}
+
+
+def proportions(ckpts: list[str], data_dir: str = "data", out: str = "results/imbalanced_embedding",
+                n_init: int = 20) -> None:
+    """Per checkpoint, four partitions (six with trained centers) of its embedding of the images it was fitted on, told w = the class shares:
+    accuracy, size error and transport cost <P, C> into ``out/proportions.json`` and ``out/proportions.md``."""
+    torch.set_num_threads(1)
+    rows = []
+    for ckpt in ckpts:
+        encoder, state = encoder_from_checkpoint(ckpt)
+        x, y = _fitted_set(state, data_dir)
+        z = _embed(encoder, x)  # (N, p) float64
+        K = int(y.max()) + 1
+        w = torch.bincount(y, minlength=K).double() / len(y)
+        run = {"checkpoint": ckpt, "epoch": state["epoch"], "seed": state["datamodule_hyper_parameters"]["seed"]}
+        km = KMeans(n_clusters=K, n_init=10, random_state=run["seed"]).fit(z.numpy())
+        rows.append({**run, **_partition("k-means", torch.as_tensor(km.labels_), y, K, None)})
+        mu = torch.as_tensor(km.cluster_centers_)
+        sizes = torch.bincount(torch.as_tensor(km.labels_), minlength=K).double() / len(y)
+        start = mu[match_sizes(sizes, w)]  # the joint phase's start: center k carries w_k
+        value, _, g = constrained_lloyd(z, w, start, max_iter=0)
+        rows.append({**run, **_partition("k-means centers, w by size", (squared_distances(z, start) - g).argmin(1),
+                                         y, K, value)})
+        hparams = state["hyper_parameters"]  # `loss` (None: AE + k-means), or `clustering` before it
+        if hparams.get("loss", hparams.get("clustering")) not in (None, "none"):  # trained centers, k carrying w_k
+            trained = state["state_dict"]["centers"].double()
+            value, _, g = constrained_lloyd(z, w, trained, max_iter=0)
+            rows.append({**run, **_partition("the checkpoint's centers, nearest", squared_distances(z, trained)
+                                             .argmin(1), y, K, None)})
+            rows.append({**run, **_partition("the checkpoint's centers, w", (squared_distances(z, trained) - g)
+                                             .argmin(1), y, K, value)})
+        centers, g, labels = constrained_kmeans(z, w, n_init=n_init, seed=run["seed"])
+        value, _, _ = constrained_lloyd(z, w, centers.double(), max_iter=0)
+        rows.append({**run, **_partition("size-constrained k-means", labels, y, K, value)})
+        means = torch.stack([z[y == k].mean(0) for k in range(K)])
+        value, centers, g = constrained_lloyd(z, w, means)
+        rows.append({**run, **_partition("size-constrained k-means from the class means",
+                                         (squared_distances(z, centers) - g).argmin(1), y, K, value)})
+        print(*(f"{r['partition']}: acc {r['acc']:.3f} size error {r['size_error']:.3f} cost {r['cost']}"
+                for r in rows if r["checkpoint"] == ckpt), sep="\n", flush=True)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / "proportions.json").write_text(json.dumps(rows, indent=1) + "\n")
+    lines = ["| checkpoint | epoch | partition | acc | size error | transport cost |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        cost = "" if r["cost"] is None else f"{r['cost']:.4f}"
+        lines.append(f"| {Path(r['checkpoint']).parents[1].name} | {r['epoch']} | {r['partition']} | {r['acc']:.3f} "
+                     f"| {r['size_error']:.3f} | {cost} |")
+    (Path(out) / "proportions.md").write_text("\n".join(lines) + "\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m lit_otclust.probes", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -207,6 +279,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("predictions", help="a predict output, predictions.csv or .csv.gz")
     p.add_argument("--batch", type=int, default=300)
     p.add_argument("--batches", type=int, default=2000)
+    p = on_mnist("proportions", "what a known w can do on a fixed embedding: four partitions against the classes")
+    p.add_argument("--out", default="results/imbalanced_embedding")
+    p.add_argument("--n_init", type=int, default=20)
+    p.add_argument("ckpts", nargs="+", metavar="CKPT")
     args = vars(parser.parse_args(argv))
     try:
         globals()[args.pop("command")](**args)
