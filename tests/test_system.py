@@ -8,7 +8,7 @@ import pytest
 import torch
 from sklearn.cluster import KMeans
 
-from lit_otclust.clustering import constrained_kmeans
+from lit_otclust.clustering import constrained_kmeans, kmeans
 from lit_otclust.data import MNISTDataModule
 from lit_otclust.models import ConvAutoencoder, MLPAutoencoder
 from lit_otclust.losses import OTLoss, SoftKMeans, ot_clustering_loss, soft_kmeans_loss
@@ -516,6 +516,32 @@ def test_center_init_constrained_puts_each_share_where_constrained_kmeans_does(d
     centers, g, labels = constrained_kmeans(z, torch.tensor(w), n_init=4, seed=3)
     torch.testing.assert_close(module.centers.detach(), centers, rtol=0, atol=1e-6)
     np.testing.assert_array_equal(np.bincount(labels.numpy(), minlength=4), np.round(np.array(w) * 400).astype(int))
+
+
+def test_refit_epochs_fit_the_centers_again_by_size_constrained_kmeans_once(data_dir):
+    """refit_epochs=[1]: at the start of the second joint epoch mu is size-constrained k-means of the current
+    embedding (lr 0: the embedding the refit saw), whatever the switch's k-means gave; the refit is recorded in the
+    callback's state, so a run resumed within that epoch does not refit again; and negative epochs are refused."""
+    L.seed_everything(0)
+    w = [0.4, 0.1, 0.3, 0.2]
+    dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", classes=[0, 1, 2, 3], subset=400,
+                         batch_size=100)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=4, loss=OTLoss(solver="solve"), proportions=w, lr=0.0)
+    switch = PhaseSwitch(pretrain_epochs=1, kmeans_n_init=4, seed=3, refit_epochs=[1])
+    trainer = L.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0, callbacks=[switch])
+    trainer.fit(module, datamodule=dm)
+    with torch.no_grad():
+        z = module.embed(dm.fit_set.x)
+    centers, _, _ = constrained_kmeans(z, torch.tensor(w), n_init=4, seed=3)
+    torch.testing.assert_close(module.centers.detach(), centers, rtol=0, atol=1e-6)
+    assert not torch.allclose(centers, kmeans(z, 4, 4, 3), atol=1e-3)  # the switch's start was another
+    assert switch.state_dict()["refitted"] == [2]
+    resumed = PhaseSwitch(pretrain_epochs=1, refit_epochs=[1])
+    resumed.load_state_dict(switch.state_dict())
+    assert resumed.refitted == [2]
+    with pytest.raises(ValueError, match="refit_epochs"):
+        PhaseSwitch(refit_epochs=[-1])
 
 
 def test_the_scores_do_not_depend_on_the_evaluation_batch_size(data_dir):
