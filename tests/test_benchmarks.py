@@ -60,12 +60,13 @@ def test_gpu_check_runs_every_stage_on_the_cpu(data_dir):
     ["benchmarks.bench_data", "--datasets", "mnist", "--rounds", "1"],
     ["benchmarks.bench_eval_batch", "--sizes", "5000", "--rounds", "1"],
     ["benchmarks.bench_compile", "--variants", "eager", "loss", "--steps", "1", "--rounds", "1"],
+    ["benchmarks.bench_estimator", "--n", "300", "--rounds", "1"],
 ], ids=lambda args: args[0])
 def test_each_benchmark_runs_on_tiny_settings(args, data_dir):
-    no_data = ("benchmarks.bench_sinkhorn", "benchmarks.bench_compile")
+    no_data = ("benchmarks.bench_sinkhorn", "benchmarks.bench_compile", "benchmarks.bench_estimator")
     extra = [] if args[0] in no_data else ["--data-dir", str(data_dir)]
     out = _run([sys.executable, "-m", *args, *extra])
     expected = {"benchmarks.bench_fit": "| bare-fixed |", "benchmarks.bench_sinkhorn": "(300, 10)",
                 "benchmarks.bench_data": "train epoch", "benchmarks.bench_eval_batch": "eval_batch_size   5000",
-                "benchmarks.bench_compile": "cpu / eager"}[args[0]]
+                "benchmarks.bench_compile": "cpu / eager", "benchmarks.bench_estimator": "| estimator |"}[args[0]]
     assert expected in out
