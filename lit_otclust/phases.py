@@ -57,8 +57,10 @@ class PhaseSwitch(L.Callback):
         refit_epochs: joint epochs (0: the first after the switch) at whose start the centers are fit again to the
             current embedding by size-constrained k-means with the model's proportions (the ``"constrained"``
             initialisation) and their Adam state is dropped. The loss's potentials are left to follow the new centers
-            over the epoch's batches. Why: on the trained embeddings of OT told the true w, that partition costs less
-            transport than the trained centers' own and scores higher (RESULTS.md, "Known cluster proportions").
+            over the epoch's batches. Default (None): the last joint epoch where the loss constrains the sizes to a
+            non-uniform w, none otherwise; ``[]``: never. Why: on the trained embeddings of OT told the true w, that
+            partition costs less transport than the trained centers' own and scores higher (RESULTS.md, "Known
+            cluster proportions"); with a uniform w it is unmeasured, so not the default there.
     """
 
     def __init__(self, pretrain_epochs: int = 0, kmeans_n_init: int = 10, seed: int = 0,
@@ -84,7 +86,7 @@ class PhaseSwitch(L.Callback):
         self.match_proportions = match_proportions
         self.kmeans_at = kmeans_at
         self.center_init = center_init
-        self.refit_epochs = sorted(set(refit_epochs or ()))
+        self.refit_epochs = None if refit_epochs is None else sorted(set(refit_epochs))
         self.refitted: list[int] = []  # epochs whose refit is done: a run resumed mid-epoch does not refit again
         self.phase = "pretrain"
         self.switch_epoch: int | None = None
@@ -148,13 +150,27 @@ class PhaseSwitch(L.Callback):
             self.restart_optimization(trainer, pl_module)
             self.phase, self.switch_epoch = "joint", trainer.current_epoch
         epoch = trainer.current_epoch
-        if (self.phase == "joint" and self.switch_epoch is not None and epoch - self.switch_epoch in self.refit_epochs
-                and epoch not in self.refitted and getattr(pl_module, "loss", None) is not None):
+        if (self.phase == "joint" and self.switch_epoch is not None and epoch not in self.refitted
+                and epoch - self.switch_epoch in self.refits(trainer, pl_module)):
             self.init_centers(trainer, pl_module, "constrained")
             for opt in trainer.optimizers:
                 opt.state.pop(pl_module.centers, None)
             self.refitted.append(epoch)
         pl_module.joint = self.phase == "joint"
+
+    def refits(self, trainer: L.Trainer, pl_module: L.LightningModule) -> list[int]:
+        """The joint epochs that start with a refit of the centers: ``refit_epochs``, or its default (above)."""
+        loss = getattr(pl_module, "loss", None)
+        if loss is None:
+            return []
+        if self.refit_epochs is not None:
+            return self.refit_epochs
+        w = getattr(pl_module, "proportions", None)
+        last = trainer.max_epochs
+        if (not getattr(loss, "constrains_sizes", False) or w is None or torch.allclose(w, torch.full_like(w, 1 / len(w)))
+                or last is None or last < 0 or self.switch_epoch is None):
+            return []
+        return [last - 1 - self.switch_epoch]
 
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Pre-training, and the AE + k-means baseline throughout, are scored by k-means on the current

@@ -30,10 +30,12 @@ from lit_otclust.data import geometric_proportions
 REPO = Path(__file__).resolve().parents[1]
 STUDIES = REPO / "configs" / "studies"
 MNIST_OT = str(REPO / "configs" / "mnist_ot.yaml")
-# The MNIST configs' lambda and training solve before they shipped lambda = 0.1 and the fixed solve.
-PINNED = {"--model.clustering_weight": "0.003333", "--model.sinkhorn_solver": "solve"}
+# The MNIST configs' lambda and training solve before they shipped lambda = 0.1 and the fixed solve; and no refit of
+# the centers, before the refit at the last joint epoch became the default under a non-uniform w.
+PINNED = {"--model.clustering_weight": "0.003333", "--model.sinkhorn_solver": "solve", "--phases.refit_epochs": "[]"}
 # The same, as the study builds them today (legacy.translate).
-PINNED_NOW = {"--model.clustering_weight": "0.003333", "--model.loss.init_args.solver": "solve"}
+PINNED_NOW = {"--model.clustering_weight": "0.003333", "--model.loss.init_args.solver": "solve",
+              "--phases.refit_epochs": "[]"}
 # The flags every fit command gives, before the study's overrides.
 STANDARD = {"--config", "--seed_everything", "--trainer.default_root_dir", "--trainer.enable_progress_bar",
             "--trainer.enable_model_summary", "--ckpt_path"}

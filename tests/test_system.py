@@ -542,6 +542,13 @@ def test_refit_epochs_fit_the_centers_again_by_size_constrained_kmeans_once(data
     assert resumed.refitted == [2]
     with pytest.raises(ValueError, match="refit_epochs"):
         PhaseSwitch(refit_epochs=[-1])
+    # the default: the last joint epoch where the loss holds the sizes to a non-uniform w, else none
+    default, never = PhaseSwitch(pretrain_epochs=1), PhaseSwitch(pretrain_epochs=1, refit_epochs=[])
+    default.switch_epoch = never.switch_epoch = 1
+    uniform = DeepClustering(MLPAutoencoder(), num_clusters=4, loss=OTLoss())
+    soft = DeepClustering(MLPAutoencoder(), num_clusters=4, loss=SoftKMeans(), proportions=w)
+    assert default.refits(trainer, module) == [1] and never.refits(trainer, module) == []
+    assert default.refits(trainer, uniform) == [] and default.refits(trainer, soft) == []
 
 
 def test_the_scores_do_not_depend_on_the_evaluation_batch_size(data_dir):
