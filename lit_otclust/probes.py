@@ -245,7 +245,9 @@ def proportions(ckpts: list[str], data_dir: str = "data", out: str = "results/im
                 for r in rows if r["checkpoint"] == ckpt), sep="\n", flush=True)
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / "proportions.json").write_text(json.dumps(rows, indent=1) + "\n")
-    lines = ["| checkpoint | epoch | partition | acc | size error | transport cost |", "|---|---|---|---|---|---|"]
+    lines = [f"`python -m lit_otclust.probes proportions --data_dir DATA --out {out} CKPT ...` on the checkpoints below "
+             f"(n_init {n_init}): accuracy and size error against the classes, and the transport cost <P, C> told w.",
+             "", "| checkpoint | epoch | partition | acc | size error | transport cost |", "|---|---|---|---|---|---|"]
     for r in rows:
         cost = "" if r["cost"] is None else f"{r['cost']:.4f}"
         lines.append(f"| {Path(r['checkpoint']).parents[1].name} | {r['epoch']} | {r['partition']} | {r['acc']:.3f} "

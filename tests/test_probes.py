@@ -64,3 +64,28 @@ def test_plan_noise_prints_the_imbalance_of_a_predictions_file(tmp_path, capsys)
         main(["plan_noise", str(path), "--batch", "6000"])
     err = capsys.readouterr().err
     assert "--batch 6000 is larger than" in err and "5000 rows" in err
+
+
+@pytest.mark.slow
+def test_proportions_probe_rebuilds_the_fitted_set_and_the_class_start_holds_its_shares(tmp_path, data_dir):
+    """On a checkpoint of 3 digits at 60 / 30 / 10 %, the probe rebuilds those images from the checkpoint's data
+    settings, and size-constrained k-means started from the class means keeps each class's share on its own cluster
+    (size error, by the metrics' Hungarian matching), at an accuracy at or above k-means'."""
+    import json
+
+    torch.manual_seed(0)
+    ae = MLPAutoencoder((784,))
+    w = [0.6, 0.3, 0.1]
+    state = {"state_dict": {f"autoencoder.{k}": v for k, v in ae.state_dict().items()}, "epoch": 0,
+             "hyper_parameters": {"loss": None},
+             "datamodule_hyper_parameters": {"_class_path": "lit_otclust.data.MNISTDataModule", "fit_split": "test",
+                                             "classes": [0, 1, 2], "class_proportions": w, "seed": 0}}
+    torch.save(state, tmp_path / "last.ckpt")
+    main(["proportions", "--data_dir", str(data_dir), "--out", str(tmp_path / "out"), "--n_init", "2",
+          str(tmp_path / "last.ckpt")])
+    rows = {r["partition"]: r for r in json.loads((tmp_path / "out" / "proportions.json").read_text())}
+    assert list(rows) == ["k-means", "k-means centers, w by size", "size-constrained k-means",
+                          "size-constrained k-means from the class means"]
+    start = rows["size-constrained k-means from the class means"]
+    assert start["size_error"] <= 0.01 and start["acc"] >= rows["k-means"]["acc"], rows
+    assert "| last.ckpt" not in (tmp_path / "out" / "proportions.md").read_text()  # named by its run folder
