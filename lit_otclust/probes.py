@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from scipy.stats import ttest_rel
 from sklearn.cluster import KMeans
 from torch import Tensor, nn
 
@@ -243,6 +244,12 @@ def proportions(ckpts: list[str], data_dir: str = "data", out: str = "results/im
                                          (squared_distances(z, centers) - g).argmin(1), y, K, value)})
         print(*(f"{r['partition']}: acc {r['acc']:.3f} size error {r['size_error']:.3f} cost {r['cost']}"
                 for r in rows if r["checkpoint"] == ckpt), sep="\n", flush=True)
+    write_proportions(rows, out, n_init)
+
+
+def write_proportions(rows: list[dict], out: str, n_init: int) -> None:
+    """``out/proportions.json`` (the rows) and ``out/proportions.md``: the rows, then each partition over the
+    checkpoints against k-means on the same checkpoint (paired t-test)."""
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / "proportions.json").write_text(json.dumps(rows, indent=1) + "\n")
     lines = [f"`python -m lit_otclust.probes proportions --data_dir DATA --out {out} CKPT ...` on the checkpoints below "
@@ -252,6 +259,17 @@ def proportions(ckpts: list[str], data_dir: str = "data", out: str = "results/im
         cost = "" if r["cost"] is None else f"{r['cost']:.4f}"
         lines.append(f"| {Path(r['checkpoint']).parents[1].name} | {r['epoch']} | {r['partition']} | {r['acc']:.3f} "
                      f"| {r['size_error']:.3f} | {cost} |")
+    lines += ["", "Each partition against k-means on the same checkpoints (paired t-test):", "",
+              "| partition | checkpoints | acc mean ± sd | minus k-means, mean ± sd | paired p |", "|---|---|---|---|---|"]
+    accs: dict[str, dict[str, float]] = {}
+    for r in rows:
+        accs.setdefault(r["partition"], {})[r["checkpoint"]] = r["acc"]
+    for name, acc in accs.items():
+        a = np.array(list(acc.values()))
+        d = a - np.array([accs["k-means"][c] for c in acc])
+        sd = (lambda v: f"{v.std(ddof=1):.3f}" if len(v) > 1 else "—")
+        p = f"{ttest_rel(a, a - d).pvalue:.3g}" if len(a) > 1 and d.any() else "—"
+        lines.append(f"| {name} | {len(a)} | {a.mean():.3f} ± {sd(a)} | {d.mean():+.3f} ± {sd(d)} | {p} |")
     (Path(out) / "proportions.md").write_text("\n".join(lines) + "\n")
 
 
