@@ -118,20 +118,20 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(f"threads {args.threads} (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}), torch {torch.__version__}")
-    rows = []
+    rows, k = [], args.clusters
     for n in args.n:
         x, y, w = blobs(n, args.dim, args.clusters)
         last: dict[str, np.ndarray] = {}
 
-        def run(name: str, fit: Callable[[], np.ndarray]) -> float:
+        def run(name: str, fit: Callable[[], np.ndarray], last: dict[str, np.ndarray] = last) -> float:
             start = time.perf_counter()
             last[name] = fit()
             return time.perf_counter() - start
 
-        fits = {"estimator": lambda: OTClustering(args.clusters, proportions=w.tolist(), random_state=0).fit(x).labels_,
-                "bare": lambda: bare(x, w),
-                "kmeans": lambda: KMeans(args.clusters, n_init=10, random_state=0).fit(x).labels_}
-        seconds = alternate({name: (lambda name=name, fit=fit: run(name, fit)) for name, fit in fits.items()},
+        fits = {"estimator": lambda x=x, w=w: OTClustering(k, proportions=w.tolist(), random_state=0).fit(x).labels_,
+                "bare": lambda x=x, w=w: bare(x, w),
+                "kmeans": lambda x=x: KMeans(k, n_init=10, random_state=0).fit(x).labels_}
+        seconds = alternate({name: (lambda name=name, fit=fit, run=run: run(name, fit)) for name, fit in fits.items()},
                             args.rounds)
         for name in fits:
             s = hungarian_accuracy(torch.as_tensor(np.asarray(last[name])), torch.as_tensor(y), args.clusters,

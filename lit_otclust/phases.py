@@ -166,9 +166,10 @@ class PhaseSwitch(L.Callback):
         if self.refit_epochs is not None:
             return self.refit_epochs
         w = getattr(pl_module, "proportions", None)
+        uniform = w is None or torch.allclose(w, torch.full_like(w, 1 / len(w)))
         last = trainer.max_epochs
-        if (not getattr(loss, "constrains_sizes", False) or w is None or torch.allclose(w, torch.full_like(w, 1 / len(w)))
-                or last is None or last < 0 or self.switch_epoch is None):
+        if (not getattr(loss, "constrains_sizes", False) or uniform or last is None or last < 0
+                or self.switch_epoch is None):
             return []
         return [last - 1 - self.switch_epoch]
 

@@ -208,8 +208,9 @@ def _partition(name: str, labels: Tensor, y: Tensor, K: int, cost: float | None)
 
 def proportions(ckpts: list[str], data_dir: str = "data", out: str = "results/imbalanced_embedding",
                 n_init: int = 20) -> None:
-    """Per checkpoint, four partitions (six with trained centers) of its embedding of the images it was fitted on, told w = the class shares:
-    accuracy, size error and transport cost <P, C> into ``out/proportions.json`` and ``out/proportions.md``."""
+    """Per checkpoint, four partitions (six with trained centers) of its embedding of the images it was fitted on,
+    told w = their class shares: accuracy, size error and transport cost <P, C> into ``out/proportions.json`` and
+    ``out/proportions.md`` (:func:`write_proportions`)."""
     torch.set_num_threads(1)
     rows = []
     for ckpt in ckpts:
@@ -252,22 +253,27 @@ def write_proportions(rows: list[dict], out: str, n_init: int) -> None:
     checkpoints against k-means on the same checkpoint (paired t-test)."""
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / "proportions.json").write_text(json.dumps(rows, indent=1) + "\n")
-    lines = [f"`python -m lit_otclust.probes proportions --data_dir DATA --out {out} CKPT ...` on the checkpoints below "
-             f"(n_init {n_init}): accuracy and size error against the classes, and the transport cost <P, C> told w.",
+    lines = [(f"`python -m lit_otclust.probes proportions --data_dir DATA --out {out} CKPT ...` on the checkpoints "
+              f"below (n_init {n_init}): accuracy and size error against the classes, and the transport cost <P, C> "
+              "told w."),
              "", "| checkpoint | epoch | partition | acc | size error | transport cost |", "|---|---|---|---|---|---|"]
     for r in rows:
         cost = "" if r["cost"] is None else f"{r['cost']:.4f}"
         lines.append(f"| {Path(r['checkpoint']).parents[1].name} | {r['epoch']} | {r['partition']} | {r['acc']:.3f} "
                      f"| {r['size_error']:.3f} | {cost} |")
     lines += ["", "Each partition against k-means on the same checkpoints (paired t-test):", "",
-              "| partition | checkpoints | acc mean ± sd | minus k-means, mean ± sd | paired p |", "|---|---|---|---|---|"]
+              "| partition | checkpoints | acc mean ± sd | minus k-means, mean ± sd | paired p |",
+              "|---|---|---|---|---|"]
+
+    def sd(v: np.ndarray) -> str:
+        return f"{v.std(ddof=1):.3f}" if len(v) > 1 else "—"
+
     accs: dict[str, dict[str, float]] = {}
     for r in rows:
         accs.setdefault(r["partition"], {})[r["checkpoint"]] = r["acc"]
     for name, acc in accs.items():
         a = np.array(list(acc.values()))
         d = a - np.array([accs["k-means"][c] for c in acc])
-        sd = (lambda v: f"{v.std(ddof=1):.3f}" if len(v) > 1 else "—")
         p = f"{ttest_rel(a, a - d).pvalue:.3g}" if len(a) > 1 and d.any() else "—"
         lines.append(f"| {name} | {len(a)} | {a.mean():.3f} ± {sd(a)} | {d.mean():+.3f} ± {sd(d)} | {p} |")
     (Path(out) / "proportions.md").write_text("\n".join(lines) + "\n")

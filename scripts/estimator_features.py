@@ -81,18 +81,18 @@ def main(out: Path) -> None:
     f = np.array(family)
     below = f[:, 2] < f[:, 0] - 0.005
     summary = [
-        f"Blob family ({len(f)} data sets): OTClustering at or above k-means' accuracy (within 0.005) on "
-        f"{int((f[:, 2] >= f[:, 0] - 0.005).sum())}, mean accuracy {f[:, 2].mean():.3f} against {f[:, 0].mean():.3f}; "
-        f"size error within 0.03 on {int((f[:, 3] <= 0.03).sum())} (k-means {int((f[:, 1] <= 0.03).sum())}); "
-        f"fit time median {np.median(f[:, 4]):.1f} s, max {f[:, 4].max():.1f} s. Of the {int(below.sum())} below "
-        f"k-means, the size-constrained objective prefers another partition to the classes on "
-        f"{int((below & (f[:, 5] == 0)).sum())} (started from the class means, it ends at a higher transport cost "
-        "than OTClustering's centers): there no search finds the classes.",
+        (f"Blob family ({len(f)} data sets): OTClustering at or above k-means' accuracy (within 0.005) on "
+         f"{int((f[:, 2] >= f[:, 0] - 0.005).sum())}, mean accuracy {f[:, 2].mean():.3f} against {f[:, 0].mean():.3f}; "
+         f"size error within 0.03 on {int((f[:, 3] <= 0.03).sum())} (k-means {int((f[:, 1] <= 0.03).sum())}); "
+         f"fit time median {np.median(f[:, 4]):.1f} s, max {f[:, 4].max():.1f} s. Of the {int(below.sum())} below "
+         f"k-means, the size-constrained objective prefers another partition to the classes on "
+         f"{int((below & (f[:, 5] == 0)).sum())} (started from the class means, it ends at a higher transport cost "
+         "than OTClustering's centers): there no search finds the classes."),
         "Real feature sets: " + "; ".join(f"{n} {r[2]:.3f} against k-means' {r[0]:.3f}" for n, r in
                                           zip(("wine", "breast cancer", "iris", "digits"), real)) + "."]
     text = [__doc__.strip(), "", *summary, "",
-            "| data | k-means acc | k-means size error | OTClustering acc | OTClustering size error | fit s "
-            "| objective prefers the classes |",
+            ("| data | k-means acc | k-means size error | OTClustering acc | OTClustering size error | fit s "
+             "| objective prefers the classes |"),
             "|---|---|---|---|---|---|---|", *rows]
     out.write_text("\n".join(text) + "\n")
     print("\n".join(summary))
