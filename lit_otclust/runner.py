@@ -174,7 +174,7 @@ def _fit_and_record(run: Run, study_file: Path | None, env: dict[str, str], thre
         curves.update(read_curves(log_file))
     dataset, _, method = run.name.split("__")[0].partition("_")
     record = {"name": run.name, "config": Path(run.config).stem, "dataset": dataset, "method": method,
-              "seed": run.seed, "grid": run.grid, "settings": run.settings,
+              "seed": run.seed, "grid": run.grid_settings, "settings": run.settings,
               "seconds": round(_attempts_seconds(run.root, time.time(), done=True), 1),
               "final": curves[max(curves)] if curves else {}, "curves": curves, "command": shlex.join(command),
               "commit": _commit(), "omp_num_threads": threads, "torch": metadata.version("torch"),

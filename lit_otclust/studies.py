@@ -93,6 +93,11 @@ class Run:
         return translate(self.config, {**self.fixed, **self.grid})
 
     @property
+    def grid_settings(self) -> dict[str, str]:
+        """The grid point as it takes effect (:func:`translate`): the record's ``grid``, part of its ``settings``."""
+        return translate(self.config, self.grid)
+
+    @property
     def done(self) -> bool:
         return self.record.exists()
 
