@@ -48,6 +48,7 @@ from lit_otclust.figures import ClusterFigures
 from lit_otclust.legacy import check_argv
 from lit_otclust.losses import ClusteringLoss
 from lit_otclust.phases import PhaseSwitch
+from lit_otclust.pretrain_cache import SharedPretraining, pretraining_key, start_from_cache
 from lit_otclust.startup import resolve_wandb_mode
 from lit_otclust.system import DeepClustering
 from lit_otclust.wandb_run import ResumableWandbLogger, close_after_stop
@@ -161,6 +162,11 @@ class OTClusterCLI(LightningCLI):
                             help="W&B tags, beside the method and data set's (e.g. [seed=0,clustering_weight=0.1]).")
         parser.add_argument("--wandb.study", type=str | None, default=None,
                             help="The study file this fit belongs to, named in the W&B run's config.")
+        parser.add_argument("--pretrain_cache", type=str | None, default=None,
+                            help="A folder of pre-trainings shared by the fits that would repeat one (same seed, data, "
+                                 "autoencoder, optimiser and pretrain_epochs; any loss): a fit whose pre-training is "
+                                 "there starts its joint phase from it, one whose is not writes it at its switch "
+                                 "(lit_otclust.pretrain_cache).")
         parser.link_arguments("data.num_classes", "model.num_clusters", apply_on="instantiate")
         parser.link_arguments("data.input_shape", "model.autoencoder.init_args.input_shape", apply_on="instantiate")
         parser.link_arguments("seed_everything", "phases.seed")
@@ -177,6 +183,7 @@ class OTClusterCLI(LightningCLI):
                              "--trainer.enable_progress_bar false --figures.final false instead")
         root = Path(trainer_cfg.get("default_root_dir") or "runs/default")
         callbacks = list(trainer_cfg.get("callbacks") or [])
+        self._share_pretraining(root, callbacks)
         logger = trainer_cfg.get("logger")
         if logger in (None, True):
             get = lambda key, default=None: self._get(self.config_init, f"wandb.{key}", default)  # noqa: E731
@@ -218,6 +225,23 @@ class OTClusterCLI(LightningCLI):
             callbacks.append(RunSummary(self._command, program_name()))
         # LightningCLI merges kwargs over the config's trainer settings: pass the whole list.
         return super().instantiate_trainer(callbacks=callbacks, **kwargs)
+
+
+    def _share_pretraining(self, root: Path, callbacks: list) -> None:
+        """``--pretrain_cache``: start ``fit`` from the cached pre-training where there is one and the run has no
+        checkpoint of its own (as if resumed at the switch), and write it at the switch where there is none."""
+        folder = self._get(self.config_init, "pretrain_cache")
+        pretrain_epochs = self._get(self.config_init, "phases").pretrain_epochs
+        if folder is None or self.subcommand not in ("fit", None) or pretrain_epochs == 0:
+            return
+        parser = self._parser(self.subcommand)
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        entry = Path(folder) / pretraining_key(json.loads(parser.dump(config, format="json", skip_none=False)))
+        callbacks.append(SharedPretraining(entry, pretrain_epochs, root))
+        if self.subcommand == "fit" and self._get(self.config_init, "ckpt_path") in (None, "last"):
+            found = start_from_cache(entry, root)
+            if found is not None:
+                self.config_init[self.subcommand]["ckpt_path"] = str(found)
 
 
 def program_name() -> str:

@@ -12,7 +12,9 @@
 run's command and starts nothing; ``--launcher slurm`` submits the runs left as one SLURM job array. Each fit logs
 to W&B (offline without credentials; ``--no-wandb``: not at all) as one run of the group named by the study, its
 job type the column (config and grid point), its seed and grid settings as tags; ``sync`` uploads a study's offline
-runs, after which W&B's grouped view shows each column's mean and spread by epoch. ``report``
+runs, after which W&B's grouped view shows each column's mean and spread by epoch. Runs that pre-train alike (one
+seed's (p) runs, whatever their loss) pre-train once, the others starting from its checkpoint at the switch
+(``--no-share-pretraining``: each its own; :mod:`lit_otclust.pretrain_cache`). ``report``
 renders the study's records into its folder: per folder of records a table beside the paper's numbers with Welch
 t-tests (``table.md``), accuracy per epoch (``figure1_<data>.png``) and, with a grid key, accuracy against it
 (``figure2_<data>.png`` and ``.md``); and what the study file's ``report:`` asks for (:func:`report`).
@@ -51,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="only the runs whose name matches (shell pattern, repeatable; the first pattern's run first)")
     p.add_argument("--wandb", action=argparse.BooleanOptionalAction, default=True,
                    help="log each run to W&B, grouped by study (offline without credentials; default: on)")
+    p.add_argument("--share-pretraining", action=argparse.BooleanOptionalAction, default=True,
+                   help="runs that pre-train alike (one seed's (p) runs, whatever their loss) pre-train once: each "
+                        "fit gets --pretrain_cache <out>/runs/pretrained (lit_otclust.pretrain_cache); the same "
+                        "results, bit for bit on one machine")
     p.add_argument("--slurm-option", action="append", default=[], metavar="OPTION",
                    help="an #SBATCH option of the array, e.g. --slurm-option=--gpus-per-task=1 (repeatable)")
     p.add_argument("--sbatch", default="sbatch", help="the submit command")
@@ -106,13 +112,15 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(str(err))
     try:
         if args.run is not None:
-            return run_named(study, args.run, args.threads, args.wandb)
+            return run_named(study, args.run, args.threads, args.wandb, args.share_pretraining)
         if args.dry_run:
             dry_run(study)
         if args.launcher == "slurm":
-            submit_slurm(study, args.threads, args.jobs, args.slurm_option, args.sbatch, args.dry_run)
+            submit_slurm(study, args.threads, args.jobs, args.slurm_option, args.sbatch, args.dry_run,
+                         args.share_pretraining)
             return 0
-        return 0 if args.dry_run else run_local(study, args.jobs or 1, args.threads, args.wandb)
+        return 0 if args.dry_run else run_local(study, args.jobs or 1, args.threads, args.wandb,
+                                                share_pretraining=args.share_pretraining)
     except RetiredOption as err:  # a run names an option since retired: where its result is, not a traceback
         parser.error(str(err))
 

@@ -128,10 +128,11 @@ def _forward_sigterm() -> Iterator[None]:
 
 
 def execute(run: Run, study_file: Path | None, threads: int = 1, wandb: bool = False,
-            gpu: str | None = None) -> tuple[int, str]:
+            gpu: str | None = None, pretrain_cache: Path | None = None) -> tuple[int, str]:
     """Fit ``run`` unless its record exists or another runner holds it, then write its record. Returns the exit
     status and a line saying what happened. ``wandb``: also log to W&B (:func:`wandb_args`), as ``fit`` does:
-    offline where there are no credentials."""
+    offline where there are no credentials. ``pretrain_cache``: the fit's ``--pretrain_cache``
+    (:mod:`lit_otclust.pretrain_cache`), how it runs, not what it computes, like the W&B flags."""
     if run.done:
         return 0, f"skip {run.name}"
     if _stopping.is_set():
@@ -151,12 +152,13 @@ def execute(run: Run, study_file: Path | None, threads: int = 1, wandb: bool = F
             return 0, f"skip {run.name}: running in another process"
         if run.done:  # finished by the process that held the lock
             return 0, f"skip {run.name}"
-        return _fit_and_record(run, study_file, env, threads, wandb, gpu)
+        return _fit_and_record(run, study_file, env, threads, wandb, gpu, pretrain_cache)
 
 
 def _fit_and_record(run: Run, study_file: Path | None, env: dict[str, str], threads: int, wandb: bool = False,
-                    gpu: str | None = None) -> tuple[int, str]:
+                    gpu: str | None = None, pretrain_cache: Path | None = None) -> tuple[int, str]:
     command = run.command() + (wandb_args(run, study_file) if wandb else [])
+    command += ["--pretrain_cache", str(pretrain_cache)] if pretrain_cache is not None else []
     _attempts_seconds(run.root, time.time(), done=False)
     with open(run.root / "stdout.log", "a") as log:
         proc = subprocess.Popen([sys.executable, *command[1:]], env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -180,6 +182,11 @@ def _fit_and_record(run: Run, study_file: Path | None, env: dict[str, str], thre
               "commit": _commit(), "omp_num_threads": threads, "torch": metadata.version("torch"),
               "cpu": cpu_model(), "gpu": gpu_name(gpu),
               "study": None if study_file is None else str(study_file)}
+    from lit_otclust.pretrain_cache import STARTED_FROM  # here: the dry run and the SLURM launcher need no torch
+
+    started = run.root / STARTED_FROM
+    if started.is_file():  # its pre-training was another run's (--pretrain_cache): `seconds` leaves it out
+        record["pretrained"] = json.loads(started.read_text())
     confusion = read_confusions(run.root / "figures")
     if confusion:  # clusters x classes every `figures.every_n_epochs` epochs: which classes merge or split, and when
         record["confusion"] = confusion
@@ -218,16 +225,24 @@ def visible_gpus() -> list[str]:
     return ([d.strip() for d in listed.split(",")] if listed else [str(i) for i in range(count)])[:count]
 
 
+def shared_pretraining(study: Study) -> Path:
+    """The study's cache of pre-trainings (:mod:`lit_otclust.pretrain_cache`): the (p) runs of one seed, whatever
+    their loss, proportions or grid point after the switch, pre-train once."""
+    return study.out / "runs" / "pretrained"
+
+
 def run_local(study: Study, jobs: int = 1, threads: int = 1, wandb: bool = False,
-              gpus: list[str] | None = None) -> int:
+              gpus: list[str] | None = None, share_pretraining: bool = True) -> int:
     """Run the study's runs that have no record, ``jobs`` at a time, or ``jobs`` per GPU where GPUs are visible
-    (``gpus``: their ids; None: :func:`visible_gpus`). Returns 0, 1 if a run failed, or 143 if stopped by SIGTERM."""
+    (``gpus``: their ids; None: :func:`visible_gpus`), sharing pre-trainings (:func:`shared_pretraining`) unless
+    ``share_pretraining`` is false. Returns 0, 1 if a run failed, or 143 if stopped by SIGTERM."""
     gpus = visible_gpus() if gpus is None else gpus
     slots: Queue[str | None] = Queue()
     for gpu in gpus or [None]:
         for _ in range(jobs):
             slots.put(gpu)
     todo = [run for run in study.runs if not run.done]
+    cache = shared_pretraining(study) if share_pretraining else None
     where = f" on GPUs {','.join(gpus)}, {jobs} a GPU" if gpus else f", {jobs} at a time"
     print(f"{len(study.runs)} runs in {study.out}: {len(study.runs) - len(todo)} done, {len(todo)} to run{where}",
           flush=True)
@@ -235,7 +250,7 @@ def run_local(study: Study, jobs: int = 1, threads: int = 1, wandb: bool = False
     def task(run: Run) -> tuple[int, str]:
         gpu = slots.get()
         try:
-            return execute(run, study.path, threads, wandb, gpu)
+            return execute(run, study.path, threads, wandb, gpu, cache)
         finally:
             slots.put(gpu)
 
@@ -249,16 +264,17 @@ def run_local(study: Study, jobs: int = 1, threads: int = 1, wandb: bool = False
     return 1 if any(statuses) else 0
 
 
-def run_named(study: Study, label: str, threads: int = 1, wandb: bool = False) -> int:
+def run_named(study: Study, label: str, threads: int = 1, wandb: bool = False, share_pretraining: bool = True) -> int:
     """Run the one run ``label`` names (:meth:`Study.label`), as a SLURM array task does; returns the fit's status."""
+    cache = shared_pretraining(study) if share_pretraining else None
     with _forward_sigterm():
-        status, line = execute(study.find(label), study.path, threads, wandb)
+        status, line = execute(study.find(label), study.path, threads, wandb, pretrain_cache=cache)
     print(line, flush=True)
     return status
 
 
 def slurm_script(study: Study, runs: list[Run], threads: int = 1, jobs: int | None = None,
-                 options: list[str] = ()) -> str:
+                 options: list[str] = (), share_pretraining: bool = True) -> str:
     """A SLURM job array of ``runs``, one a task. A task stopped by SIGTERM (pre-emption, or ``--signal`` before the
     time limit) lets its fit save ``last.ckpt``, exits 143 and requeues itself; the requeued task resumes the run.
     ``jobs``: at most that many tasks at a time; ``options``: more ``#SBATCH`` options (``--gpus-per-task=1``)."""
@@ -266,7 +282,7 @@ def slurm_script(study: Study, runs: list[Run], threads: int = 1, jobs: int | No
         raise ValueError("a SLURM array runs a study file: this study has none")
     logs = study.out / "runs" / "slurm"
     run_one = shlex.join([sys.executable, "-m", "lit_otclust.experiments", "run", str(study.path), "--threads",
-                          str(threads), "--run"])
+                          str(threads), *([] if share_pretraining else ["--no-share-pretraining"]), "--run"])
     lines = ["#!/usr/bin/env bash",
              f"# {len(runs)} runs of {study.path} without a record at submission, one per array task; written by",
              "# `python -m lit_otclust.experiments run STUDY --launcher slurm`. SIGTERM (pre-emption, or 120 s before",
@@ -298,7 +314,7 @@ def slurm_script(study: Study, runs: list[Run], threads: int = 1, jobs: int | No
 
 
 def submit_slurm(study: Study, threads: int = 1, jobs: int | None = None, options: list[str] = (),
-                 sbatch: str = "sbatch", dry_run: bool = False) -> Path | None:
+                 sbatch: str = "sbatch", dry_run: bool = False, share_pretraining: bool = True) -> Path | None:
     """Write the array of the runs without a record to ``<out>/runs/slurm/<study>.sbatch`` and submit it (with
     ``dry_run``, write it only). Returns the script's path, or None when every run has its record."""
     todo = [run for run in study.runs if not run.done]
@@ -307,7 +323,7 @@ def submit_slurm(study: Study, threads: int = 1, jobs: int | None = None, option
         return None
     script = study.out / "runs" / "slurm" / f"{study.path.stem}.sbatch"
     script.parent.mkdir(parents=True, exist_ok=True)  # SLURM writes the tasks' logs there, and does not create it
-    script.write_text(slurm_script(study, todo, threads, jobs, options))
+    script.write_text(slurm_script(study, todo, threads, jobs, options, share_pretraining))
     if dry_run:
         print(f"{len(todo)} array tasks written to {script}, not submitted", file=sys.stderr)
     else:

@@ -169,6 +169,13 @@ class DeepClustering(L.LightningModule):
             if name in mine and mine[name].shape != value.shape:
                 raise ValueError(f"checkpoint's {name} has shape {tuple(value.shape)}, this model's "
                                  f"{tuple(mine[name].shape)}: the autoencoder settings differ from the run that wrote it")
+        if "joint_phase" in state and not bool(state["joint_phase"]):
+            # A shared pre-training (lit_otclust.pretrain_cache) carries no loss buffers and no proportions: before
+            # the joint phase the one holds its initial values and the other this run's config, so this module's own
+            # are the run's.
+            for name, value in mine.items():
+                if (name.startswith("loss.") or name == "proportions") and name not in state:
+                    state[name] = value
 
     # ---- losses -------------------------------------------------------------------------------
     @staticmethod

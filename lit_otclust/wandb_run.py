@@ -135,7 +135,9 @@ class ResumableWandbLogger(WandbLogger):
         super().__init__(id=self._run_id, resume="allow" if self._resumed else None, **kwargs)
         self._csv_logger = csv_logger
         self._gone = False
-        self._replayed = not self._resumed
+        # A resumed fit sends W&B its earlier attempts' rows, also where it starts a new W&B run (none recorded, or a
+        # shared pre-training's rows: lit_otclust.pretrain_cache).
+        self._replayed = not resume
 
     @property
     def service_gone(self) -> bool:

@@ -105,3 +105,22 @@ def test_ddp_refuses_an_evaluation_set_smaller_than_the_ranks_instead_of_hanging
     proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "WANDB_MODE": "disabled"}, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode != 0 and "cannot be shared by 2 ranks" in proc.stderr, proc.stderr[-3000:]
+
+
+@pytest.mark.distributed
+def test_two_ranks_start_from_a_shared_pretraining_together(data_dir, tmp_path):
+    """``--pretrain_cache`` under DDP: every rank restores the cached pre-training (one that did not would train
+    apart from rank 0, or hang), and the run ends where the run that wrote it ends."""
+    common = ["--config", SMOKE, "--data.data_dir", str(data_dir), "--data.init_args.subset", "1001",
+              "--trainer.limit_train_batches", "3", "--trainer.strategy", "ddp", "--trainer.devices", "2",
+              "--trainer.accelerator", "cpu", "--pretrain_cache", str(tmp_path / "cache")]
+    for root in ("writes", "reads"):
+        cmd = [sys.executable, "-m", "lit_otclust", "fit", *common, "--trainer.default_root_dir", str(tmp_path / root)]
+        proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "WANDB_MODE": "disabled"}, capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "reads" / "pretrained.json").is_file() and not (tmp_path / "writes" / "pretrained.json").exists()
+    a, b = (torch.load(tmp_path / root / "checkpoints" / "last.ckpt", weights_only=False) for root in ("writes", "reads"))
+    assert a["epoch"] == b["epoch"] == 2
+    for name, value in a["state_dict"].items():
+        torch.testing.assert_close(b["state_dict"][name], value, rtol=0, atol=0, msg=name)

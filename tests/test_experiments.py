@@ -188,7 +188,7 @@ def test_a_committed_study_finds_its_records_and_their_commands(name, monkeypatc
             done = dict(zip(tokens[4::2], tokens[5::2]))
             done.pop("--ckpt_path", None)
             # A fit logged to W&B names its group, job type, tags and study: where it shows, not what it computes.
-            done = {flag: value for flag, value in done.items() if not flag.startswith("--wandb.")}
+            done = {flag: value for flag, value in done.items() if not flag.startswith(("--wandb.", "--pretrain_cache"))}
             config = done["--config"]  # the first records named it absolutely, in the checkout that ran them
             done["--config"] = config[config.rindex("configs/"):] if os.path.isabs(config) else config
             # Its flags of before `model.loss`, as the study builds them today.
@@ -221,7 +221,7 @@ def test_every_committed_record_states_the_settings_its_command_gave():
         tokens = shlex.split(record["command"])
         flags = tokens[tokens.index("fit") + 1:]
         given = {flag[2:]: value for flag, value in zip(flags[::2], flags[1::2])
-                 if flag not in standard and not flag.startswith("--wandb.")}
+                 if flag not in standard and not flag.startswith(("--wandb.", "--pretrain_cache"))}
         assert record["settings"] == given, record["name"]
         assert record["grid"].items() <= given.items(), record["name"]
 
@@ -384,7 +384,8 @@ def test_the_smoke_study_writes_its_two_records_and_skips_them_the_second_time(d
         assert sorted(record["curves"], key=int) == ["0", "1"]
         csv_rows = experiments.read_curves(run.root / "csv" / "version_0" / "metrics.csv")
         assert record["final"]["val/acc"] == csv_rows[1]["val/acc"] > 0.2
-        assert record["command"] == shlex.join(run.command()) and record["command"].startswith(
+        cache = ["--pretrain_cache", str(tmp_path / "runs" / "pretrained")]
+        assert record["command"] == shlex.join(run.command() + cache) and record["command"].startswith(
             f"python -m lit_otclust fit --config configs/smoke.yaml --seed_everything {run.seed}")
         assert record["study"] == str(STUDIES / "smoke.yaml") and record["omp_num_threads"] == 1 and record["torch"]
         # The confusion counts of each epoch: all 1000 images, their matched counts the epoch's logged accuracy.
@@ -397,6 +398,22 @@ def test_the_smoke_study_writes_its_two_records_and_skips_them_the_second_time(d
     assert runner.run_local(study, jobs=1, gpus=[]) == 0
     assert f"2 runs in {tmp_path}: 2 done, 0 to run" in capsys.readouterr().out
     assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("*.json")} == written
+
+
+def test_a_studys_runs_share_a_pretraining_and_the_record_says_whose(data_dir, tmp_path, monkeypatch):
+    """Of two runs that differ after the switch only, the second starts from the first's pre-training (the runner's
+    default); its record names it and holds the pre-training epoch's row, equal to the first's."""
+    monkeypatch.chdir(REPO)
+    spec = {"out": str(tmp_path), "epochs": 2, "configs": ["configs/smoke.yaml"],
+            "grid": {"model.clustering_weight": [0.1, 0.2]},
+            "set": {"data.data_dir": str(data_dir)}}
+    study = studies.parse_study(spec, STUDIES / "smoke.yaml")
+    assert runner.run_local(study, jobs=1, gpus=[]) == 0
+    first, second = (json.loads(run.record.read_text()) for run in study.runs)
+    assert "pretrained" not in first and second["pretrained"]["source"] == str(study.runs[0].root)
+    assert sorted(second["curves"], key=int) == ["0", "1"]
+    assert second["curves"]["0"] == first["curves"]["0"]
+    assert second["curves"]["1"]["val/acc"] != first["curves"]["1"]["val/acc"]  # the joint epoch is its own
 
 
 def test_a_resumed_runs_seconds_count_every_attempt_up_to_its_last_checkpoint(tmp_path):
