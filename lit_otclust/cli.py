@@ -16,6 +16,8 @@ A LightningCLI that
 - saves checkpoints (``last.ckpt`` included) in ``<default_root_dir>/checkpoints``, written
   atomically, and ``last.ckpt`` again when SIGTERM or Ctrl-C stops the run
   (:mod:`lit_otclust.checkpointing`), so ``--ckpt_path last`` resumes a run, mid-epoch included;
+- with ``--pretrain_cache DIR``, shares pre-trainings between fits that would repeat one
+  (:mod:`lit_otclust.pretrain_cache`);
 - prints a summary when ``fit`` or ``predict`` ends (:class:`RunSummary`): the last and best
   ``val/acc`` with their NMI, ARI and epoch, where the outputs are, and the command that resumes
   the run; the predictions file, its rows and their matched accuracy.
@@ -225,7 +227,6 @@ class OTClusterCLI(LightningCLI):
             callbacks.append(RunSummary(self._command, program_name()))
         # LightningCLI merges kwargs over the config's trainer settings: pass the whole list.
         return super().instantiate_trainer(callbacks=callbacks, **kwargs)
-
 
     def _share_pretraining(self, root: Path, callbacks: list) -> None:
         """``--pretrain_cache``: start ``fit`` from the cached pre-training where there is one and the run has no

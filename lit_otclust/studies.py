@@ -24,7 +24,7 @@ A run whose record exists is skipped and an interrupted one resumes from its ``l
 finished by running it again. A record holds the run's settings (``settings``: every override its command gave, the grid's included), final
 metrics and per-epoch curves (from the CSV log, so nothing depends on W&B), and what reproduces it: command, commit,
 OMP_NUM_THREADS, torch version, study, and the CPU model (and GPU) that made it, as a rerun on another model differs
-from the first epoch on.
+from the first epoch on; where its pre-training was another run's (the runner's shared pre-training), that run.
 """
 
 from __future__ import annotations
