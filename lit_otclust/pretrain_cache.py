@@ -78,6 +78,7 @@ def start_from_cache(entry: Path, root: Path) -> Path | None:
     found = entry / CHECKPOINT if not own and (entry / CHECKPOINT).is_file() else None
     os.environ[ENV] = str(found or "")
     if found is not None and rank_zero_only.rank == 0:
+        root.mkdir(parents=True, exist_ok=True)
         _copy_rows(entry / ROWS, root / "csv")
         source = json.loads((entry / SOURCE).read_text()) if (entry / SOURCE).is_file() else {}
         (root / STARTED_FROM).write_text(json.dumps({"checkpoint": str(found), **source}, indent=1) + "\n")
