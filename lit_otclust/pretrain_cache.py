@@ -36,6 +36,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 
 from lit_otclust.checkpointing import AtomicCheckpointIO
+from lit_otclust.studies import csv_logs
 
 CHECKPOINT, ROWS, SOURCE = "pretrained.ckpt", "metrics.csv", "source.json"
 STARTED_FROM = "pretrained.json"  # in the run's folder: the cache entry it started from
@@ -141,9 +142,7 @@ class SharedPretraining(L.Callback):
             return
         csv_logger.save()  # the rows logged so far, on disk
         rows: dict[tuple, dict[str, str]] = {}
-        logs = sorted(Path(csv_logger.root_dir).glob("version_*/metrics.csv"),
-                      key=lambda p: int(p.parent.name.split("_")[1]))
-        for path in logs:
+        for path in csv_logs(csv_logger.root_dir):
             with open(path, newline="") as fh:
                 for row in csv.DictReader(fh):
                     if row.get("epoch") and int(float(row["epoch"])) < self.pretrain_epochs:

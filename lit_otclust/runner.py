@@ -23,7 +23,7 @@ from pathlib import Path
 from queue import Queue
 from typing import Iterator
 
-from lit_otclust.studies import Run, Study, read_confusions, read_curves
+from lit_otclust.studies import Run, Study, csv_logs, read_confusions, read_curves
 
 REPO = Path(__file__).resolve().parents[1]  # for the commit of the code only: configs come from the study file
 SIGTERM_EXIT = 143  # what a fit stopped by SIGTERM exits with, after saving last.ckpt (lit_otclust.cli)
@@ -170,9 +170,8 @@ def _fit_and_record(run: Run, study_file: Path | None, env: dict[str, str], thre
     if status != 0:  # the attempt stays open: the next one closes it at the last checkpoint (_attempts_seconds)
         why = "stopped by SIGTERM, last.ckpt saved" if status == SIGTERM_EXIT else "failed"
         return status, f"{why}: {run.name} (exit {status}; see {run.root / 'stdout.log'})"
-    logs = sorted((run.root / "csv").glob("version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[1]))
     curves: dict[int, dict[str, float]] = {}
-    for log_file in logs:  # a resumed run writes a new version: later versions win
+    for log_file in csv_logs(run.root / "csv"):  # later versions win
         curves.update(read_curves(log_file))
     dataset, _, method = run.name.split("__")[0].partition("_")
     record = {"name": run.name, "config": Path(run.config).stem, "dataset": dataset, "method": method,

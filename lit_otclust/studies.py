@@ -222,6 +222,12 @@ def load_study(path: str | Path) -> Study:
     return parse_study(yaml.safe_load(path.read_text()), path)
 
 
+def csv_logs(folder: Path) -> list[Path]:
+    """The ``metrics.csv`` of each version of the Lightning CSV log in ``folder``, oldest first: a resumed run (and a
+    shared pre-training's rows, :mod:`lit_otclust.pretrain_cache`) adds a version, and later versions win."""
+    return sorted(Path(folder).glob("version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[1]))
+
+
 def read_curves(csv_path: Path, keys: tuple[str, ...] | None = CURVE_KEYS) -> dict[int, dict[str, float]]:
     """Per-epoch metrics of a Lightning CSV log, one dict per epoch (only ``keys``; all if None)."""
     rows: dict[int, dict[str, float]] = defaultdict(dict)

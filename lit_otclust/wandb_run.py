@@ -33,6 +33,8 @@ from typing import Any
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 
+from lit_otclust.studies import csv_logs
+
 STATE = "resume.json"
 _AXES = {"epoch", "step", "trainer/global_step", "_step", "_runtime", "_timestamp"}  # not a row's own metrics
 
@@ -175,9 +177,7 @@ class ResumableWandbLogger(WandbLogger):
         after it, written past the checkpoint this attempt resumed from, this attempt logs again)."""
         held, held_up_to = self._held()
         current = Path(self._csv_logger.log_dir)
-        logs = sorted(Path(self._csv_logger.root_dir).glob("version_*/metrics.csv"),
-                      key=lambda p: int(p.parent.name.split("_")[1]))
-        for path in logs:
+        for path in csv_logs(self._csv_logger.root_dir):
             if path.parent == current:
                 continue
             with open(path, newline="") as fh:
