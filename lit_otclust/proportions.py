@@ -128,12 +128,14 @@ def _figure(sets: dict, methods: list[str], acc: dict, size_error: dict, side: l
                 x = np.array([p[0] for p in pts]) * (1 + 0.02 * (i - 2.5))  # an offset so error bars do not overlap
                 left.errorbar(x, [a.mean() for _, a in pts], yerr=[a.std(ddof=1) if len(a) > 1 else 0 for _, a in pts],
                               marker="o", capsize=3, label=method, color=f"C{i}")
+        shown = [m for m in methods if any((n, m) in values for n in side)]  # (b) names only what ran there
+        for j, method in enumerate(shown):
             for n in side:
                 if (n, method) in values:
                     a = values[n, method]
-                    right.errorbar([i], [a.mean()], yerr=[a.std(ddof=1) if len(a) > 1 else 0], marker="o", capsize=3,
-                                   color=f"C{i}")
-                    right.scatter(np.full(len(a), i), a, s=8, color="gray", alpha=0.6)
+                    right.errorbar([j], [a.mean()], yerr=[a.std(ddof=1) if len(a) > 1 else 0], marker="o", capsize=3,
+                                   color=f"C{methods.index(method)}")
+                    right.scatter(np.full(len(a), j), a, s=8, color="gray", alpha=0.6)
         left.set_xscale("log")
         left.set_xticks(ratios, [f"{r:g}" for r in ratios])
         left.xaxis.set_minor_formatter(NullFormatter())  # the ratios only, not 4 x 10^0
@@ -141,8 +143,10 @@ def _figure(sets: dict, methods: list[str], acc: dict, size_error: dict, side: l
                  title=f"(a) 10 digits, geometric class proportions: {what}" if what != "accuracy" else
                  "(a) 10 digits, geometric class proportions")
         left.legend(fontsize=7)
-        right.set_xticks(range(len(methods)), [m.replace(", ", ",\n", 1) for m in methods], fontsize=6, rotation=30,
+        right.set_xticks(range(len(shown)), [m.replace(", ", ",\n", 1) for m in shown], fontsize=6, rotation=30,
                          ha="right")
+        if not shown:
+            right.text(0.5, 0.5, "not run yet", ha="center", va="center", transform=right.transAxes)
         right.set(title=f"(b) {', '.join(sets[n][0] for n in side)}", ylabel=what)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
