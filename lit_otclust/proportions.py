@@ -43,13 +43,13 @@ def proportions_report(out: Path, options: dict[str, Any], source: str) -> list[
     sets = {name: (label, float(ratio), tuple(w)) for name, (label, ratio, w) in options["sets"].items()}
     methods = {label: tuple(spec) for label, spec in options["methods"].items()}
     balanced = options.get("balanced")
-    records, missing = {}, []
+    records, missing = {}, {}
     for name, (label, ratio, _) in sets.items():
         for method, (folder, config, tags) in methods.items():
             try:
                 records[name, method] = _select(_spec(out, balanced, name, folder, config, tags))
             except ValueError:
-                missing.append(f"{label} ({ratio:g}): {method}")
+                missing.setdefault(f"{label} ({ratio:g})", []).append(method)
     # The size error came with later records: its columns only where every row has it.
     sized = bool(records) and all("val/size_error" in r["final"] for rs in records.values() for r in rs)
     header = "| data | largest/smallest | method | runs | acc mean ± sd | acc, potential rule | NMI | ARI |"
@@ -93,8 +93,10 @@ def proportions_report(out: Path, options: dict[str, Any], source: str) -> list[
                 c = compare(spec[method], spec[method], key="val/acc_potential", key_b="val/acc", quiet=True)
                 lines.append(f"| {label} | {ratio:g} | {method}, potential rule | the same runs, nearest center | "
                              f"{_paired(c)} |")
-    if missing:
-        lines += ["", "Not run yet: " + "; ".join(missing) + "."]
+    if missing:  # a line per data set; "every method" where none has run
+        lines += ["", "Not run yet:", ""] + [
+            f"- {data}: " + ("every method" if len(left) == len(methods) else "; ".join(left))
+            for data, left in missing.items()]
     lines += ["", "![accuracy against imbalance](accuracy_vs_imbalance.png)"]
     (out / "report.md").write_text("\n".join(lines) + "\n")
     _figure(sets, list(methods), acc, size_error, options.get("side", []), out / "accuracy_vs_imbalance.png")
