@@ -572,3 +572,34 @@ def test_the_scores_do_not_depend_on_the_evaluation_batch_size(data_dir):
         assert other.keys() == results[0].keys()
         for key, value in results[0].items():
             assert other[key] == pytest.approx(value, abs=1e-6), key
+
+
+def test_sgd_is_momentum_sgd_on_every_parameter():
+    """``optimizer="sgd"``: three steps of the configured optimizer move every weight as momentum SGD written out
+    (v <- m v + g, p <- p - lr v), the centers included; Adam's update (the default) would fail this."""
+    torch.manual_seed(0)
+    module = DeepClustering(MLPAutoencoder(hidden_dims=(32,), latent_dim=4), num_clusters=3, optimizer="sgd",
+                            lr=0.05, momentum=0.8)
+    params = list(module.autoencoder.parameters()) + [module.centers]
+    expect = [p.detach().clone() for p in params]
+    velocity = [torch.zeros_like(p) for p in params]
+    opt = module.configure_optimizers()["optimizer"]
+    for step in range(3):
+        x = torch.rand(8, 784)
+        z, x_hat = module.autoencoder(x)
+        loss = module.reconstruction_loss(x, x_hat) + (z[:, None] - module.centers).pow(2).sum()  # grads to all
+        opt.zero_grad()
+        loss.backward()
+        for i, p in enumerate(params):
+            velocity[i] = 0.8 * velocity[i] + p.grad if step else p.grad.clone()
+            expect[i] -= 0.05 * velocity[i]
+        opt.step()
+        for p, e in zip(params, expect):
+            torch.testing.assert_close(p.detach(), e)
+
+
+@pytest.mark.parametrize("kwargs,match", [({"optimizer": "rmsprop"}, "optimizer"), ({"momentum": 1.0}, "momentum"),
+                                          ({"momentum": -0.1}, "momentum")])
+def test_the_optimizer_settings_are_checked(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        DeepClustering(MLPAutoencoder(), num_clusters=3, **kwargs)
