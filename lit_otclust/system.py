@@ -58,8 +58,8 @@ class DeepClustering(L.LightningModule):
         assignment: ``"distance"`` (the paper: argmin_k ||z - mu_k||^2) or ``"potential"`` (argmin_k ||z - mu_k||^2
             - g_k with the loss's cluster potential g averaged over training batches, which respects the prescribed
             proportions; g = 0 for a loss without one). Both are always logged; this picks the one behind ``val/acc``.
-        lr, lr_decay_epochs, lr_decay_gamma: Adam with step decay (the paper gives lr 1e-3 and
-            "step decay" only): lr is multiplied by gamma every ``lr_decay_epochs`` epochs,
+        lr, lr_decay_epochs, lr_decay_gamma: the optimizer's lr with step decay (the paper gives Adam, lr 1e-3
+            and "step decay" only): lr is multiplied by gamma every ``lr_decay_epochs`` epochs,
             counted from the start of the joint phase (``PhaseSwitch`` restarts the schedule).
         optimizer, momentum: ``"adam"`` (the paper's) or ``"sgd"``, SGD with ``momentum``: DEC's MNIST
             pre-training (XifengGuo/DEC-keras) is SGD at lr 1, momentum 0.9, on the squared error averaged over
