@@ -37,19 +37,24 @@ def _spec(out: Path, balanced: str | None, name: str, folder: str, config: str, 
     return f"{out / name / folder}:{config}" + (f":{tags}" if tags else "")
 
 
-def proportions_report(out: Path, options: dict[str, Any], source: str) -> list[Path]:
+def proportions_report(out: Path, options: dict[str, Any], source: str,
+                       planned: set[tuple[Path, str, frozenset[str]]] | None = None) -> list[Path]:
     """``report.md`` and ``accuracy_vs_imbalance.png`` in ``out`` from the records under ``out/<data set>/<w>/``
-    (module docstring for ``options``). Sets or methods without runs are left out and named."""
+    (module docstring for ``options``). Sets or methods without runs are left out; those the study runs (``planned``:
+    its runs' folder, config stem and grid tags; None: every set and method) are named as not run yet."""
     sets = {name: (label, float(ratio), tuple(w)) for name, (label, ratio, w) in options["sets"].items()}
     methods = {label: tuple(spec) for label, spec in options["methods"].items()}
     balanced = options.get("balanced")
-    records, missing = {}, {}
+    records, missing, ran = {}, {}, set()
     for name, (label, ratio, _) in sets.items():
         for method, (folder, config, tags) in methods.items():
             try:
                 records[name, method] = _select(_spec(out, balanced, name, folder, config, tags))
+                ran.add(f"{label} ({ratio:g})")
             except ValueError:
-                missing.setdefault(f"{label} ({ratio:g})", []).append(method)
+                if planned is None or name == "balanced" or (
+                        out / name / folder, config, frozenset(filter(None, tags.split(",")))) in planned:
+                    missing.setdefault(f"{label} ({ratio:g})", []).append(method)
     # The size error came with later records: its columns only where every row has it.
     sized = bool(records) and all("val/size_error" in r["final"] for rs in records.values() for r in rs)
     header = "| data | largest/smallest | method | runs | acc mean ± sd | acc, potential rule | NMI | ARI |"
@@ -95,7 +100,7 @@ def proportions_report(out: Path, options: dict[str, Any], source: str) -> list[
                              f"{_paired(c)} |")
     if missing:  # a line per data set; "every method" where none has run
         lines += ["", "Not run yet:", ""] + [
-            f"- {data}: " + ("every method" if len(left) == len(methods) else "; ".join(left))
+            f"- {data}: " + ("every method" if data not in ran else "; ".join(left))
             for data, left in missing.items()]
     lines += ["", "![accuracy against imbalance](accuracy_vs_imbalance.png)"]
     (out / "report.md").write_text("\n".join(lines) + "\n")

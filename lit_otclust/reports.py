@@ -290,5 +290,6 @@ def report(study: Study) -> list[Path]:
         path.write_text(compare_table(options["compare"]))
         written.append(path)
     if "proportions" in options:
-        written += proportions_report(study.out, options["proportions"], source)
+        planned = {(run.out, Path(run.config).stem, frozenset(run.tags)) for run in study.runs}
+        written += proportions_report(study.out, options["proportions"], source, planned)
     return written

@@ -64,3 +64,18 @@ def test_the_table_and_the_paired_tests_are_numpys_and_scipys(tmp_path, with_siz
     assert "| OT, true w, potential rule | the same runs, nearest center | -0.012 ± 0.002 |" in text
     assert "| OT, true w, by cost | 1 | 0.700 |" in text  # one seed: a mean, no sd
     assert "Not run yet:\n\n- 1 and 2 (4): every method" in text and "- 10 digits" not in text
+
+
+def test_not_run_yet_names_only_the_runs_the_study_plans(tmp_path):
+    """With the study's runs given, a method the study does not run on a set is left out of "Not run yet", and a
+    set where no planned method has run is "every method"; without them, every method of every set is named."""
+    _record(tmp_path / "geometric10" / "uniform_w", "mnist_soft_kmeans", 0, _final(0.55, 0.15))
+    planned = {(tmp_path / "geometric10" / "uniform_w", "mnist_soft_kmeans", frozenset()),
+               (tmp_path / "geometric10" / "true_w", "mnist_ot_p", frozenset({"center_init=constrained"})),
+               (tmp_path / "two_digits" / "true_w", "mnist_ot_p", frozenset())}
+    proportions_report(tmp_path, OPTIONS, "test", planned)
+    text = (tmp_path / "report.md").read_text()
+    assert "- 10 digits, geometric (10): OT, true w, by cost\n" in text
+    assert "- 1 and 2 (4): every method" in text
+    proportions_report(tmp_path, OPTIONS, "test")
+    assert "- 10 digits, geometric (10): OT, true w; OT, true w, by cost\n" in (tmp_path / "report.md").read_text()
