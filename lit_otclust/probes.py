@@ -256,11 +256,12 @@ def write_proportions(rows: list[dict], out: str, n_init: int) -> None:
     lines = [(f"`python -m lit_otclust.probes proportions --data_dir DATA --out {out} CKPT ...` on the checkpoints "
               f"below (n_init {n_init}): accuracy and size error against the classes, and the transport cost <P, C> "
               "told w."),
-             "", "| checkpoint | epoch | partition | acc | size error | transport cost |", "|---|---|---|---|---|---|"]
+             "", "| checkpoint | seed | epoch | partition | acc | size error | transport cost |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
         cost = "" if r["cost"] is None else f"{r['cost']:.4f}"
-        lines.append(f"| {Path(r['checkpoint']).parents[1].name} | {r['epoch']} | {r['partition']} | {r['acc']:.3f} "
-                     f"| {r['size_error']:.3f} | {cost} |")
+        lines.append(f"| {Path(r['checkpoint']).parents[1].name} | {r['seed']} | {r['epoch']} | {r['partition']} | "
+                     f"{r['acc']:.3f} | {r['size_error']:.3f} | {cost} |")
     lines += ["", "Each partition against k-means on the same checkpoints (paired t-test):", "",
               "| partition | checkpoints | acc mean ± sd | minus k-means, mean ± sd | paired p |",
               "|---|---|---|---|---|"]

@@ -88,4 +88,5 @@ def test_proportions_probe_rebuilds_the_fitted_set_and_the_class_start_holds_its
                           "size-constrained k-means from the class means"]
     start = rows["size-constrained k-means from the class means"]
     assert start["size_error"] <= 0.01 and start["acc"] >= rows["k-means"]["acc"], rows
-    assert "| last.ckpt" not in (tmp_path / "out" / "proportions.md").read_text()  # named by its run folder
+    md = (tmp_path / "out" / "proportions.md").read_text()
+    assert "| last.ckpt" not in md and f"| {tmp_path.parent.name} | 0 | 0 | k-means |" in md  # run folder, seed, epoch
