@@ -149,12 +149,15 @@ def _figure(sets: dict, methods: list[str], acc: dict, size_error: dict, side: l
         left.set(xlabel="largest / smallest class", ylabel=f"{what} (mean ± sd over seeds)",
                  title=f"(a) 10 digits, geometric class proportions: {what}" if what != "accuracy" else
                  "(a) 10 digits, geometric class proportions")
-        left.legend(fontsize=7)
         right.set_xticks(range(len(shown)), [m.replace(", ", ",\n", 1) for m in shown], fontsize=6, rotation=30,
                          ha="right")
         if not shown:
             right.text(0.5, 0.5, "not run yet", ha="center", va="center", transform=right.transAxes)
         right.set(title=f"(b) {', '.join(sets[n][0] for n in side)}", ylabel=what)
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    rows_of_legend = -(-len(labels) // 2)
+    if labels:  # one legend for every panel, under them, so that it covers no point
+        fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, (0.16 * rows_of_legend + 0.1) / fig.get_figheight(), 1, 1))  # inches to a fraction
     fig.savefig(path, dpi=120)
     plt.close(fig)
