@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from lit_otclust.stats import _select, compare
+from lit_otclust.stats import _select, _tag_list, compare
 
 
 def _spec(out: Path, balanced: str | None, name: str, folder: str, config: str, tags: str) -> str:
@@ -47,14 +47,15 @@ def proportions_report(out: Path, options: dict[str, Any], source: str,
     balanced = options.get("balanced")
     records, missing, ran = {}, {}, set()
     for name, (label, ratio, _) in sets.items():
+        data = f"{label} ({ratio:g})"
         for method, (folder, config, tags) in methods.items():
             try:
                 records[name, method] = _select(_spec(out, balanced, name, folder, config, tags))
-                ran.add(f"{label} ({ratio:g})")
+                ran.add(data)
             except ValueError:
                 if planned is None or name == "balanced" or (
-                        out / name / folder, config, frozenset(filter(None, tags.split(",")))) in planned:
-                    missing.setdefault(f"{label} ({ratio:g})", []).append(method)
+                        out / name / folder, config, frozenset(_tag_list(tags))) in planned:
+                    missing.setdefault(data, []).append(method)
     # The size error came with later records: its columns only where every row has it.
     sized = bool(records) and all("val/size_error" in r["final"] for rs in records.values() for r in rs)
     header = "| data | largest/smallest | method | runs | acc mean ± sd | acc, potential rule | NMI | ARI |"
