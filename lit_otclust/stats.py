@@ -45,8 +45,15 @@ def _tags(grid: dict[str, str]) -> list[str]:
 
 
 def _tag_list(tags: str) -> list[str]:
-    """``key=value,...`` as in run names, as a sorted list ("": none)."""
-    return sorted(t for t in tags.split(",") if t)
+    """``key=value,...`` as in run names, as a sorted list ("": none); a comma inside a list value
+    (``hidden_dims=[500,250]``) is the value's."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(tags + ","):
+        depth += (char == "[") - (char == "]")
+        if char == "," and depth == 0:
+            parts.append(tags[start:i])
+            start = i + 1
+    return sorted(t for t in parts if t)
 
 
 def _has_tags(record: dict, tags: str) -> bool:

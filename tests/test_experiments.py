@@ -541,6 +541,22 @@ def test_compare_pairs_runs_by_seed(tmp_path):
         experiments.compare(f"{tmp_path}:mnist_ot", f"{tmp_path}:mnist_soft_kmeans", seeds="5-9")
 
 
+def test_compare_selects_a_grid_point_whose_value_is_a_list(tmp_path):
+    """A list value keeps its commas (``hidden_dims=[500,250]``): the spec names one grid point, not three tags."""
+    for dims, accs in [("[500,250]", [0.70, 0.75]), ("[500,500,2000]", [0.78, 0.80])]:
+        write_runs(tmp_path, {"ae_kmeans": accs})
+        for seed in range(2):
+            path = tmp_path / f"mnist_ae_kmeans__seed={seed}.json"
+            record = json.loads(path.read_text())
+            record["grid"] = {"model.autoencoder.init_args.hidden_dims": dims, "model.lr": "0.001"}
+            record["name"] = f"mnist_ae_kmeans__hidden_dims={dims}__lr=0.001__seed={seed}"
+            (tmp_path / f"{record['name']}.json").write_text(json.dumps(record))
+            path.unlink()
+    out = experiments.compare(f"{tmp_path}:mnist_ae_kmeans:hidden_dims=[500,500,2000],lr=0.001",
+                              f"{tmp_path}:mnist_ae_kmeans:lr=0.001,hidden_dims=[500,250]")
+    assert out["n_paired"] == 2 and out["paired_diff"] == pytest.approx(np.mean([0.08, 0.05]))
+
+
 def test_compare_table_says_over_which_runs_each_mean_is(tmp_path):
     # a has a seed b lacks: the difference is over the 3 shared seeds, the means over all runs of each (Welch's).
     write_runs(tmp_path, {"ot": [0.80, 0.85, 0.90, 0.60], "soft_kmeans": [0.70, 0.72, 0.95]})
