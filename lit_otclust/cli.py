@@ -25,6 +25,7 @@ A LightningCLI that
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -64,7 +65,13 @@ def default_loggers(root: Path, name: str, log_model: bool | Literal["all"] = Fa
                     job_type: str | None = None, tags: list[str] | None = None, resume: bool = False) -> list:
     """CSV and W&B under ``root``; ``group``, ``job_type`` and ``tags`` place the W&B run among others (a study's
     runs share a group, a Table 1 column is a job type, its seed and grid settings are tags). ``resume``: the fit
-    resumes from a checkpoint, and continues the W&B run of the attempts before (:mod:`lit_otclust.wandb_run`)."""
+    resumes from a checkpoint, and continues the W&B run of the attempts before (:mod:`lit_otclust.wandb_run`).
+    Without the wandb package installed (a bare GPU image, say) the fit logs to CSV alone, with a warning."""
+    csv_logger = CSVLogger(save_dir=str(root), name="csv")
+    if importlib.util.find_spec("wandb") is None:
+        rank_zero_warn("the wandb package is not installed: this fit logs to CSV alone, under "
+                       f"{root / 'csv'} (pip install wandb for the W&B run)")
+        return [csv_logger]
     offline = resolve_wandb_mode() in ("offline", "dryrun")
     if offline and log_model:
         # WandbLogger refuses the combination (an offline run cannot upload artifacts): keep the run going.
@@ -76,7 +83,6 @@ def default_loggers(root: Path, name: str, log_model: bool | Literal["all"] = Fa
     # Not offline=True: W&B reads WANDB_MODE=offline itself, and WandbLogger's offline=True rewrites it to "dryrun"
     # after the service started early read the environment (startup.py), which wandb.init answers with a warning
     # that the change is ignored.
-    csv_logger = CSVLogger(save_dir=str(root), name="csv")
     wandb_logger = ResumableWandbLogger(root, csv_logger, resume, project=os.environ.get("WANDB_PROJECT", "lit_otclust"),
                                         name=name, save_dir=str(root), log_model=log_model, group=group,
                                         job_type=job_type, tags=tags or None)

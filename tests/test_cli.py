@@ -15,7 +15,7 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.cli import LightningCLI
-from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.loggers import CSVLogger, WandbLogger
 import numpy as np
 import pytest
 import torch
@@ -441,3 +441,13 @@ def test_a_checkpoint_of_before_the_loss_module_names_the_commit_that_reads_it()
            "hyper_parameters": {"clustering": "ot", "epsilon": 0.01}}
     with pytest.raises(ValueError, match="before the clustering loss became `model.loss`; commit 093e9ce"):
         module.on_load_checkpoint(old)
+
+
+def test_without_the_wandb_package_a_fit_logs_to_csv_alone_and_says_so(tmp_path, monkeypatch):
+    """A bare GPU image without wandb: the fit must not stop at WandbLogger's ModuleNotFoundError."""
+    import importlib.util
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else find_spec(name, *a))
+    with pytest.warns(UserWarning, match="wandb package is not installed"):
+        loggers = default_loggers(tmp_path, "run")
+    assert [type(lg) for lg in loggers] == [CSVLogger]
