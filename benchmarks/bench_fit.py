@@ -16,7 +16,8 @@ the rounds, the range, the 200-epoch projection ``fixed + 200 * marginal``, each
 bare loop's (``bare-NAME`` for variant NAME, else the first bare loop; round by round), the fit's own per-step time
 (:class:`StepTimer`), and the marginal epoch in CPU seconds (user + system, the same difference): on a machine whose
 cores other work shares, a steadier figure than the wall's. ``--concurrent N ...`` then starts N copies of the first
-variant at once at E2 epochs, for each N (each with OMP_NUM_THREADS = cores / N unless ``--threads``), and prints
+variant at once at E2 epochs, for each N (each with OMP_NUM_THREADS = cores / N unless ``--threads``; N = 1 is the
+single run's E2 fit above, not run again), and prints
 runs per hour, with a 200-epoch projection that scales each run's time beyond the single run's fixed cost.
 """
 
@@ -177,7 +178,8 @@ def main() -> None:
             rows = []
             for n in a.concurrent:
                 try:
-                    wall = concurrent(n, e2, a, fits[first], tmp)
+                    # N = 1 is the single run measured above: not run again (a GPU lease is short)
+                    wall = median(walls[first, e2]) if n == 1 else concurrent(n, e2, a, fits[first], tmp)
                 except RuntimeError as err:
                     print(f"  N={n} failed:\n{err}", flush=True)
                     failed.add(f"{n} concurrent")
