@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--key", default="val/acc")
     p.add_argument("--epoch", type=int, default=None)
     p.add_argument("--key_b", default=None)
+    p.add_argument("--epoch_b", type=int, default=None, help="b's epoch, if not --epoch")
     p.add_argument("--against", type=float, default=None, help="a claimed difference to test (e.g. the paper's)")
     p.add_argument("--seeds", default=None, help="only these seeds, e.g. 5-9 (the ones not used to choose a setting)")
     p = sub.add_parser("claims", help="the paper's p-values recomputed from its Table 1, beside ours paired by seed")
@@ -85,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "compare":
         try:
-            compare(args.a, args.b, args.key, args.epoch, args.key_b, args.against, seeds=args.seeds)
+            compare(args.a, args.b, args.key, args.epoch, args.key_b, args.against, seeds=args.seeds,
+                    epoch_b=args.epoch_b)
         except ValueError as err:  # no such runs, no seed in common, a missing epoch: the message, not a traceback
             parser.error(str(err))
         return 0

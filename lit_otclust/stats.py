@@ -238,7 +238,8 @@ def paired_power(delta: float, sd: float, n: int, alpha: float = 0.05) -> float:
 
 
 def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_b: str | None = None,
-            against: float | None = None, quiet: bool = False, seeds: Any = None) -> dict[str, float]:
+            against: float | None = None, quiet: bool = False, seeds: Any = None,
+            epoch_b: int | None = None) -> dict[str, float]:
     """Effect of a over b, paired by seed: mean difference ± its std, its 95% confidence interval (t), the
     paired t-test and Welch p-values.
 
@@ -246,6 +247,8 @@ def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_
         a, b: ``DIR:CONFIG[:key=value,...]``, e.g. ``results/study_recipe:mnist_ot:reg_m_start=0.01``.
         key: the metric. epoch: compare at this epoch of the curves instead of the last one.
         key_b: b's metric, if not ``key`` (e.g. two assignment rules of the same runs).
+        epoch_b: b's epoch, if not ``epoch`` (e.g. AE + k-means at the end of two pre-trainings of different
+            lengths, each the last epoch before its switch).
         against: a difference claimed elsewhere (e.g. the paper's +0.041): also the paired t-test of
             "the mean difference is ``against``" (``against_p``), and the power these pairs had to detect a
             difference that large at the 5% level, given their spread (``against_power``, :func:`paired_power`).
@@ -255,7 +258,8 @@ def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_
     """
     keep = None if seeds is None else set(parse_seeds(seeds))
     runs_a = {r["seed"]: _value(r, key, epoch) for r in _select(a) if keep is None or r["seed"] in keep}
-    runs_b = {r["seed"]: _value(r, key_b or key, epoch) for r in _select(b) if keep is None or r["seed"] in keep}
+    epoch_b = epoch if epoch_b is None else epoch_b
+    runs_b = {r["seed"]: _value(r, key_b or key, epoch_b) for r in _select(b) if keep is None or r["seed"] in keep}
     if not runs_a or not runs_b:
         raise ValueError(f"no runs of {a if not runs_a else b} on seeds {seeds}")
     seeds = sorted(set(runs_a) & set(runs_b))
@@ -278,8 +282,7 @@ def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_
         out["against_p"] = float(stats.ttest_1samp(diff, popmean=against).pvalue)
         out["against_power"] = paired_power(against, out["paired_sd"], len(diff))
     if not quiet:
-        at = "final" if epoch is None else f"epoch {epoch}"
-        print(f"{key}{'' if key_b in (None, key) else ' vs ' + key_b} at {at}: a {out['mean_a']:.3f} ({len(runs_a)} runs), b {out['mean_b']:.3f} ({len(runs_b)} runs); "
+        print(f"{key}{'' if key_b in (None, key) else ' vs ' + key_b} at {_at(epoch, epoch_b)}: a {out['mean_a']:.3f} ({len(runs_a)} runs), b {out['mean_b']:.3f} ({len(runs_b)} runs); "
               f"paired over seeds {seeds}: {out['paired_diff']:+.3f} ± {out['paired_sd']:.3f} (95% CI "
               f"[{out['paired_ci_low']:+.3f}, {out['paired_ci_high']:+.3f}]), p = {out['paired_p']:.3g}; "
               f"Welch p = {out['welch_p']:.3g}")
@@ -289,8 +292,15 @@ def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_
     return out
 
 
+def _at(epoch: int | None, epoch_b: int | None) -> str:
+    """Where a comparison reads its runs: "final", "epoch 49", or "epoch 299 vs 49" when b's epoch differs."""
+    at = "final" if epoch is None else f"epoch {epoch}"
+    return at if epoch_b in (None, epoch) else f"{at} vs {'final' if epoch_b is None else epoch_b}"
+
+
 def compare_table(pairs: list[dict[str, Any]]) -> str:
-    """Markdown of :func:`compare` for each ``{a, b[, key, epoch, key_b, against]}`` of ``pairs``, paired by seed."""
+    """Markdown of :func:`compare` for each ``{a, b[, key, epoch, key_b, epoch_b, against]}`` of ``pairs``, paired by
+    seed."""
     lines = ["Paired by seed (`experiments.compare`): mean difference a - b ± its sd over the seeds both have (pairs), "
              "its 95% CI (t) and the paired t-test; mean a and mean b are over all runs of each (their count in "
              "brackets), as Welch's test takes them.", "",
@@ -299,7 +309,7 @@ def compare_table(pairs: list[dict[str, Any]]) -> str:
     claims = []  # the tests of a difference claimed elsewhere
     for pair in pairs:
         key = pair.get("key", "val/acc") + (f" vs {pair['key_b']}" if pair.get("key_b") else "")
-        at = "final" if pair.get("epoch") is None else f"epoch {pair['epoch']}"
+        at = _at(pair.get("epoch"), pair.get("epoch_b"))
         if pair.get("seeds") is not None:
             at += f", seeds {pair['seeds']}"
         try:

@@ -525,6 +525,14 @@ def test_compare_pairs_runs_by_seed(tmp_path):
     assert (out["paired_ci_low"], out["paired_ci_high"]) == pytest.approx((out["paired_diff"] - half, out["paired_diff"] + half))
     at_epoch = experiments.compare(f"{tmp_path}:mnist_ot", f"{tmp_path}:mnist_soft_kmeans", epoch=0)
     assert at_epoch["mean_a"] == pytest.approx(np.mean([0.80, 0.85, 0.90]) / 3)  # the curves' first epoch
+    # b at its own epoch (two pre-trainings of different lengths, each read at its switch): a's last against b's first.
+    mixed = experiments.compare(f"{tmp_path}:mnist_ot", f"{tmp_path}:mnist_soft_kmeans", epoch_b=0)
+    assert mixed["paired_diff"] == pytest.approx(np.mean([0.80 - 0.70 / 3, 0.85 - 0.72 / 3, 0.90 - 0.95 / 3]))
+    assert mixed["mean_a"] == out["mean_a"]
+    table = experiments.compare_table([{"a": f"{tmp_path}:mnist_ot", "b": f"{tmp_path}:mnist_soft_kmeans",
+                                        "epoch": 1, "epoch_b": 0}])
+    assert f"| epoch 1 vs 0 | 3 | {np.mean([0.80, 0.85, 0.90]) * 2 / 3:.3f} (3) | {np.mean([0.70, 0.72, 0.95]) / 3:.3f} (3) |" \
+        in table
     with pytest.raises(ValueError, match="no runs of mnist_ot with settings"):
         experiments.compare(f"{tmp_path}:mnist_ot:epsilon=1", f"{tmp_path}:mnist_ot")
     # A claimed difference: against 0 it is the paired test above (ttest_rel against ttest_1samp of the differences);
