@@ -252,7 +252,8 @@ def report(study: Study) -> list[Path]:
     - ``table1``: ``{file, dataset}``, Table 1 of ``out`` by row group, the shipped configs first (:func:`table1`);
     - ``confusion``: a list of ``{file, methods, epochs[, share, tags]}``, each a :func:`confusion_report`;
     - ``proxy_check``: ``{file[, at, proxy]}``, a :func:`proxy_check` of ``out``;
-    - ``compare``: a list of ``{a, b[, key, epoch, key_b, epoch_b, against]}``, paired tests (:func:`compare`) in ``compare.md``;
+    - ``compare``: a list of ``{a, b[, key, epoch, key_b, epoch_b, against]}``, paired tests (:func:`compare`) in
+      ``compare.md``;
     - ``proportions``: a study on known cluster proportions, its ``report.md`` and figure
       (:func:`lit_otclust.proportions.proportions_report`, whose docstring gives the keys).
     """

@@ -515,7 +515,7 @@ def test_compare_of_runs_on_disjoint_seeds_names_each_sides_seeds(tmp_path, caps
     assert exit_.value.code == 2 and "share no seed" in capsys.readouterr().err
 
 
-def test_compare_pairs_runs_by_seed(tmp_path):
+def test_compare_pairs_runs_by_seed(tmp_path, capsys):
     write_runs(tmp_path, {"ot": [0.80, 0.85, 0.90], "soft_kmeans": [0.70, 0.72, 0.95]})
     out = experiments.compare(f"{tmp_path}:mnist_ot", f"{tmp_path}:mnist_soft_kmeans")
     assert out["n_paired"] == 3 and out["paired_diff"] == pytest.approx(np.mean([0.10, 0.13, -0.05]))
@@ -533,6 +533,9 @@ def test_compare_pairs_runs_by_seed(tmp_path):
                                         "epoch": 1, "epoch_b": 0}])
     assert f"| epoch 1 vs 0 | 3 | {np.mean([0.80, 0.85, 0.90]) * 2 / 3:.3f} (3) | {np.mean([0.70, 0.72, 0.95]) / 3:.3f} (3) |" \
         in table
+    assert experiments.main(["compare", "--a", f"{tmp_path}:mnist_ot", "--b", f"{tmp_path}:mnist_soft_kmeans",
+                             "--epoch_b", "0"]) == 0
+    assert f"at final vs 0: a 0.850 (3 runs), b {np.mean([0.70, 0.72, 0.95]) / 3:.3f} (3 runs)" in capsys.readouterr().out
     with pytest.raises(ValueError, match="no runs of mnist_ot with settings"):
         experiments.compare(f"{tmp_path}:mnist_ot:epsilon=1", f"{tmp_path}:mnist_ot")
     # A claimed difference: against 0 it is the paired test above (ttest_rel against ttest_1samp of the differences);
