@@ -295,7 +295,7 @@ def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_
 def _at(epoch: int | None, epoch_b: int | None) -> str:
     """Where a comparison reads its runs: "final", "epoch 49", or "epoch 299 vs 49" when b's epoch differs."""
     at = "final" if epoch is None else f"epoch {epoch}"
-    return at if epoch_b in (None, epoch) else f"{at} vs {'final' if epoch_b is None else epoch_b}"
+    return at if epoch_b in (None, epoch) else f"{at} vs {epoch_b}"
 
 
 def compare_table(pairs: list[dict[str, Any]]) -> str:
