@@ -20,7 +20,7 @@
   the size-constrained objective prefers another partition to the classes on that embedding.
 
 The checkpoints are read by their weights (``autoencoder.*``, ``centers``), so those of any version of the
-system load; the encoder is the paper's MNIST MLP.
+system load; the encoder is the MNIST MLP the checkpoint names (:func:`encoder_from_checkpoint`).
 """
 
 from __future__ import annotations
@@ -58,9 +58,16 @@ def _embed(encoder: nn.Module, x: Tensor) -> Tensor:
 
 
 def encoder_from_checkpoint(ckpt: str) -> tuple[nn.Module, dict]:
-    """The MNIST MLP encoder of a checkpoint, and the checkpoint."""
+    """The MNIST MLP encoder of a checkpoint, and the checkpoint: the :class:`MLPAutoencoder` its hyperparameters
+    name (DEC's d-500-500-2000-10 included), else the paper's d-500-250-10 (checkpoints that did not save it)."""
     state = torch.load(ckpt, map_location="cpu", weights_only=False)
-    ae = MLPAutoencoder((784,))
+    spec = state.get("hyper_parameters", {}).get("autoencoder")
+    args = {}
+    if isinstance(spec, dict):
+        if not spec.get("class_path", "").endswith("MLPAutoencoder"):
+            raise ValueError(f"the probes read MLP autoencoders; {ckpt} holds {spec.get('class_path')}")
+        args = spec.get("init_args", {})
+    ae = MLPAutoencoder(**{"input_shape": (784,), **args})
     ae.load_state_dict({k.removeprefix("autoencoder."): v for k, v in state["state_dict"].items()
                         if k.startswith("autoencoder.")})
     return ae.encoder, state

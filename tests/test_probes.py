@@ -49,6 +49,24 @@ def test_encoder_from_checkpoint_embeds_as_the_saved_autoencoder(tmp_path):
     assert torch.equal(encoder(x), ae.encoder(x)) and loaded["epoch"] == 3
 
 
+def test_encoder_from_checkpoint_builds_the_autoencoder_its_hyperparameters_name(tmp_path):
+    # DEC's d-500-500-2000-10, as LightningCLI saves the model's `autoencoder` argument
+    torch.manual_seed(0)
+    spec = {"class_path": "lit_otclust.models.MLPAutoencoder",
+            "init_args": {"input_shape": (784,), "hidden_dims": [500, 500, 2000], "latent_dim": 10}}
+    ae = MLPAutoencoder(**spec["init_args"])
+    state = {"state_dict": {f"autoencoder.{k}": v for k, v in ae.state_dict().items()}, "epoch": 0,
+             "hyper_parameters": {"autoencoder": spec, "loss": None}}
+    torch.save(state, tmp_path / "last.ckpt")
+    encoder, _ = encoder_from_checkpoint(str(tmp_path / "last.ckpt"))
+    x = torch.rand(5, 784)
+    assert torch.equal(encoder(x), ae.encoder(x))
+    state["hyper_parameters"]["autoencoder"] = {"class_path": "lit_otclust.models.ConvAutoencoder", "init_args": {}}
+    torch.save(state, tmp_path / "conv.ckpt")
+    with pytest.raises(ValueError, match="ConvAutoencoder"):
+        encoder_from_checkpoint(str(tmp_path / "conv.ckpt"))
+
+
 def test_plan_noise_prints_the_imbalance_of_a_predictions_file(tmp_path, capsys):
     path = tmp_path / "predictions.csv"
     clusters = [0] * 1500 + [1] * 3500  # sizes 0.3 and 0.7 against 1/2: imbalance 0.2
