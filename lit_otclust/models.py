@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from math import prod
+from pathlib import Path
 from typing import Literal
 
+import torch
 from torch import Tensor, nn
 
 WeightInit = Literal["torch", "glorot"]
@@ -27,6 +29,26 @@ def _init_weights(module: nn.Module, weight_init: WeightInit) -> None:
         if isinstance(layer, (nn.Linear, nn.Conv2d, nn.ConvTranspose2d)):
             nn.init.xavier_uniform_(layer.weight)
             nn.init.zeros_(layer.bias)
+
+
+def _load_weights(module: nn.Module, weights: str | None) -> None:
+    """Trained weights from ``weights`` (torchvision's word for it): a Lightning checkpoint of
+    :class:`lit_otclust.system.DeepClustering` (its ``autoencoder.*`` entries, e.g. an AE + k-means run's
+    ``last.ckpt``), or the autoencoder's own ``state_dict`` saved by ``torch.save``. Loaded strictly: the
+    architecture must match. The file is unpickled (a Lightning checkpoint pickles its hyperparameters): load
+    files you trust."""
+    if weights is None:
+        return
+    if not Path(weights).is_file():
+        raise FileNotFoundError(f"`weights`: no file {weights}")
+    state = torch.load(weights, map_location="cpu", weights_only=False)
+    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):  # a Lightning checkpoint
+        state = {k.removeprefix("autoencoder."): v for k, v in state["state_dict"].items()
+                 if k.startswith("autoencoder.")}
+    try:
+        module.load_state_dict(state)
+    except (RuntimeError, TypeError, AttributeError) as err:
+        raise ValueError(f"`weights` {weights} does not fit this {type(module).__name__}: {err}") from None
 
 
 def _mlp(widths: Sequence[int], last_activation: bool) -> nn.Sequential:
@@ -53,11 +75,14 @@ class MLPAutoencoder(nn.Module):
         latent_dim: p, the size of the embedding.
         weight_init: ``torch`` (PyTorch's layer defaults) or ``glorot`` (TensorFlow's).
         latent_activation: ``linear`` (none, the default) or ``relu`` on the embedding.
+        weights: a file of trained weights for this architecture, loaded after the initialisation
+            (:func:`_load_weights`): a pre-training made elsewhere, e.g. with another optimiser, that a
+            run then clusters with ``phases.pretrain_epochs: 0``.
     """
 
     def __init__(self, input_shape: Sequence[int] = (784,), hidden_dims: Sequence[int] = (500, 250),
                  latent_dim: int = 10, weight_init: WeightInit = "torch",
-                 latent_activation: Literal["linear", "relu"] = "linear") -> None:
+                 latent_activation: Literal["linear", "relu"] = "linear", weights: str | None = None) -> None:
         super().__init__()
         if latent_dim < 1 or any(h < 1 for h in hidden_dims):
             raise ValueError(f"latent_dim and hidden_dims must be >= 1, got {latent_dim}, {list(hidden_dims)}")
@@ -69,6 +94,7 @@ class MLPAutoencoder(nn.Module):
         self.encoder = nn.Sequential(nn.Flatten(), _mlp(dims, last_activation=latent_activation == "relu"))
         self.decoder = nn.Sequential(_mlp(dims[::-1], last_activation=False), nn.Unflatten(1, self.input_shape))
         _init_weights(self, weight_init)
+        _load_weights(self, weights)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         z = self.encoder(x)  # (B, p)
@@ -90,11 +116,12 @@ class ConvAutoencoder(nn.Module):
         kernel_sizes: their kernel sizes (odd).
         latent_dim: p, the size of the embedding.
         weight_init: ``torch`` (PyTorch's layer defaults) or ``glorot`` (TensorFlow's).
+        weights: a file of trained weights for this architecture (:class:`MLPAutoencoder`'s ``weights``).
     """
 
     def __init__(self, input_shape: Sequence[int] = (3, 32, 32), channels: Sequence[int] = (32, 64, 128),
                  kernel_sizes: Sequence[int] = (5, 5, 3), latent_dim: int = 10,
-                 weight_init: WeightInit = "torch") -> None:
+                 weight_init: WeightInit = "torch", weights: str | None = None) -> None:
         super().__init__()
         if len(input_shape) != 3:
             raise ValueError(f"ConvAutoencoder needs input_shape (C, H, W), got {tuple(input_shape)}")
@@ -121,6 +148,7 @@ class ConvAutoencoder(nn.Module):
                 dec.append(nn.ReLU())
         self.decoder = nn.Sequential(*dec)
         _init_weights(self, weight_init)
+        _load_weights(self, weights)
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         z = self.encoder(x)  # (B, p)

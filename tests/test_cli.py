@@ -202,6 +202,20 @@ def test_run_stopped_by_sigterm_resumes_to_the_uninterrupted_run(data_dir, tmp_p
         assert a[key] == b[key], key
 
 
+def test_a_run_clusters_a_pretraining_made_elsewhere_from_its_checkpoint(data_dir, uninterrupted):
+    """`--model.autoencoder.init_args.weights CKPT --phases.pretrain_epochs 0`: the autoencoder another run trained
+    (here the smoke run's, from its last.ckpt) is the model's, weight for weight, before the first step."""
+    full_root, full_state = uninterrupted
+    cli = OTClusterCLI(DeepClustering, L.LightningDataModule, subclass_mode_data=True, run=False,
+                       args=["--config", SMOKE, "--data.data_dir", str(data_dir), "--trainer.logger", "false",
+                             "--model.autoencoder.init_args.weights", str(full_root / "checkpoints" / "last.ckpt"),
+                             "--phases.pretrain_epochs", "0"])
+    loaded = cli.model.autoencoder.state_dict()
+    assert loaded.keys() == {k.removeprefix("autoencoder.") for k in full_state if k.startswith("autoencoder.")}
+    for name, p in loaded.items():
+        torch.testing.assert_close(p, full_state[f"autoencoder.{name}"], rtol=0, atol=0, msg=name)
+
+
 @pytest.mark.parametrize("fit_split", ["test", "all"])
 def test_heldout_scored_on_the_fitted_pass_equals_the_test_loop(data_dir, tmp_path, fit_split):
     """Where the held-out split is the fitted set's tail (fit_split "all" or "test", whole), validation embeds

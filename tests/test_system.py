@@ -69,6 +69,26 @@ def test_glorot_init_is_tensorflows_default(model):
         model(weight_init="xavier")
 
 
+@pytest.mark.parametrize("model,kwargs,shape", [(MLPAutoencoder, {"hidden_dims": [500, 500, 2000]}, (3, 784)),
+                                                (ConvAutoencoder, {"latent_dim": 7}, (3, 3, 32, 32))])
+def test_weights_load_a_lightning_checkpoint_or_a_state_dict_and_name_a_file_that_does_not_fit(model, kwargs, shape,
+                                                                                            tmp_path):
+    torch.manual_seed(0)
+    trained = model(**kwargs)
+    system = DeepClustering(trained, num_clusters=4, loss=OTLoss())
+    torch.save({"state_dict": system.state_dict(), "epoch": 9}, tmp_path / "last.ckpt")  # as Lightning saves it
+    torch.save(trained.state_dict(), tmp_path / "ae.pt")
+    x = torch.rand(shape)
+    for path in ("last.ckpt", "ae.pt"):
+        torch.manual_seed(1)  # another initialisation, replaced by the file's weights
+        loaded = model(**kwargs, weights=str(tmp_path / path))
+        assert all(torch.equal(a, b) for a, b in zip(loaded(x), trained(x)))
+    with pytest.raises(ValueError, match=r"`weights` .*last.ckpt does not fit"):
+        model(weights=str(tmp_path / "last.ckpt"))  # the default architecture: other layer widths
+    with pytest.raises(FileNotFoundError, match="`weights`: no file"):
+        model(**kwargs, weights=str(tmp_path / "missing.ckpt"))
+
+
 def test_relu_latent_is_the_linear_embedding_clipped_at_zero():
     """Same weights, both readings of the paper's "ReLU activation": z_relu = max(z_linear, 0), decoded as such."""
     torch.manual_seed(0)
