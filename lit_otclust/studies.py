@@ -19,6 +19,8 @@ A study without ``runs`` is one block. Config paths are read from the working di
 folder. A run's record is ``<out>[/<folder>]/<config>__<key=value...>__seed=<s>.json``, the grid's settings named
 by their keys' last component, sorted: a record name carries the grid, not ``set`` (hence ``folder``). Values are
 passed as YAML reads them (``true`` as ``true``, a list as ``[a,b]``): quote one whose text matters (``"1e-3"``).
+``{seed}`` in a ``set`` value is the run's seed: a per-seed file, e.g. the checkpoint of that seed's pre-training
+(``model.autoencoder.init_args.weights: results/x/runs/mnist_ae_kmeans__seed={seed}/checkpoints/last.ckpt``).
 
 A run whose record exists is skipped and an interrupted one resumes from its ``last.ckpt``, so a study is
 finished by running it again. A record holds the run's settings (``settings``: every override its command gave, the grid's included), final
@@ -90,7 +92,8 @@ class Run:
         """The overrides its command gives, as they take effect: the block's and the study's ``set`` (``fixed``)
         with the grid point over them, a committed study's flags of before in today's form (:func:`translate`). A
         record states these, so it never shows a value that did not run."""
-        return translate(self.config, {**self.fixed, **self.grid})
+        fixed = {key: value.replace("{seed}", str(self.seed)) for key, value in self.fixed.items()}
+        return translate(self.config, {**fixed, **self.grid})
 
     @property
     def grid_settings(self) -> dict[str, str]:

@@ -109,6 +109,21 @@ def test_a_study_files_dry_run_lists_the_exact_commands(tmp_path, monkeypatch, c
     assert not list(tmp_path.glob("res/**/*.log"))  # nothing started
 
 
+def test_a_set_values_seed_placeholder_is_each_runs_seed(tmp_path):
+    """``{seed}`` in a block's ``set`` names each seed's own file (its pre-training's checkpoint); the record's settings
+    state the path that ran, and the grid and the names are untouched."""
+    study = studies.parse_study({
+        "out": "res", "seeds": "0-2",
+        "runs": [{"configs": ["configs/mnist_ot_p.yaml"], "grid": {"model.clustering_weight": [0.3]},
+                  "set": {"model.autoencoder.init_args.weights": "pre/ae__seed={seed}/last.ckpt",
+                          "phases.pretrain_epochs": 0}}]}, REPO / "configs" / "studies" / "x.yaml")
+    for seed, run in zip((0, 1, 2), study.runs):
+        assert run.settings["model.autoencoder.init_args.weights"] == f"pre/ae__seed={seed}/last.ckpt"
+        tokens = run.command()
+        assert tokens[tokens.index("--model.autoencoder.init_args.weights") + 1] == f"pre/ae__seed={seed}/last.ckpt"
+        assert run.name == f"mnist_ot_p__clustering_weight=0.3__seed={seed}"
+
+
 def test_only_runs_the_matching_runs_the_first_patterns_first(tmp_path, monkeypatch, capsys):
     """``--only`` picks runs by name, in the order of its patterns, each run once; a pattern matching none is an
     error that names it."""
