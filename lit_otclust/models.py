@@ -77,7 +77,8 @@ class MLPAutoencoder(nn.Module):
         latent_activation: ``linear`` (none, the default) or ``relu`` on the embedding.
         weights: a file of trained weights for this architecture, loaded after the initialisation
             (:func:`_load_weights`): a pre-training made elsewhere, e.g. with another optimiser, that a
-            run then clusters with ``phases.pretrain_epochs: 0``.
+            run then clusters with ``phases.pretrain_epochs: 0``. Such a run's checkpoints name the file too,
+            and whatever rebuilds the model from them reads it first: where it is gone, set ``weights`` to null.
     """
 
     def __init__(self, input_shape: Sequence[int] = (784,), hidden_dims: Sequence[int] = (500, 250),

@@ -66,7 +66,7 @@ def encoder_from_checkpoint(ckpt: str) -> tuple[nn.Module, dict]:
     if isinstance(spec, dict):
         if not spec.get("class_path", "").endswith("MLPAutoencoder"):
             raise ValueError(f"the probes read MLP autoencoders; {ckpt} holds {spec.get('class_path')}")
-        args = spec.get("init_args", {})
+        args = {k: v for k, v in spec.get("init_args", {}).items() if k != "weights"}  # the checkpoint's own below
     ae = MLPAutoencoder(**{"input_shape": (784,), **args})
     ae.load_state_dict({k.removeprefix("autoencoder."): v for k, v in state["state_dict"].items()
                         if k.startswith("autoencoder.")})

@@ -55,6 +55,7 @@ def test_encoder_from_checkpoint_builds_the_autoencoder_its_hyperparameters_name
     spec = {"class_path": "lit_otclust.models.MLPAutoencoder",
             "init_args": {"input_shape": (784,), "hidden_dims": [500, 500, 2000], "latent_dim": 10}}
     ae = MLPAutoencoder(**spec["init_args"])
+    spec["init_args"]["weights"] = str(tmp_path / "gone.ckpt")  # a run started from a pre-training made elsewhere
     state = {"state_dict": {f"autoencoder.{k}": v for k, v in ae.state_dict().items()}, "epoch": 0,
              "hyper_parameters": {"autoencoder": spec, "loss": None}}
     torch.save(state, tmp_path / "last.ckpt")
