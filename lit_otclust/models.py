@@ -31,6 +31,13 @@ def _init_weights(module: nn.Module, weight_init: WeightInit) -> None:
             nn.init.zeros_(layer.bias)
 
 
+def autoencoder_state(checkpoint: dict) -> dict[str, Tensor]:
+    """The autoencoder's ``state_dict`` inside a Lightning checkpoint of
+    :class:`lit_otclust.system.DeepClustering`: its ``autoencoder.*`` entries, the prefix dropped."""
+    return {k.removeprefix("autoencoder."): v for k, v in checkpoint["state_dict"].items()
+            if k.startswith("autoencoder.")}
+
+
 def _load_weights(module: nn.Module, weights: str | None) -> None:
     """Trained weights from ``weights`` (torchvision's word for it): a Lightning checkpoint of
     :class:`lit_otclust.system.DeepClustering` (its ``autoencoder.*`` entries, e.g. an AE + k-means run's
@@ -43,8 +50,7 @@ def _load_weights(module: nn.Module, weights: str | None) -> None:
         raise FileNotFoundError(f"`weights`: no file {weights}")
     state = torch.load(weights, map_location="cpu", weights_only=False)
     if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):  # a Lightning checkpoint
-        state = {k.removeprefix("autoencoder."): v for k, v in state["state_dict"].items()
-                 if k.startswith("autoencoder.")}
+        state = autoencoder_state(state)
     try:
         module.load_state_dict(state)
     except (RuntimeError, TypeError, AttributeError) as err:

@@ -41,7 +41,7 @@ from torch import Tensor, nn
 from lit_otclust.clustering import constrained_kmeans, constrained_lloyd, match_sizes
 from lit_otclust.data import MNISTDataModule
 from lit_otclust.metrics import hungarian_accuracy
-from lit_otclust.models import MLPAutoencoder, WeightInit
+from lit_otclust.models import MLPAutoencoder, WeightInit, autoencoder_state
 from lit_otclust.sinkhorn import squared_distances
 
 
@@ -68,8 +68,7 @@ def encoder_from_checkpoint(ckpt: str) -> tuple[nn.Module, dict]:
             raise ValueError(f"the probes read MLP autoencoders; {ckpt} holds {spec.get('class_path')}")
         args = {k: v for k, v in spec.get("init_args", {}).items() if k != "weights"}  # the checkpoint's own below
     ae = MLPAutoencoder(**{"input_shape": (784,), **args})
-    ae.load_state_dict({k.removeprefix("autoencoder."): v for k, v in state["state_dict"].items()
-                        if k.startswith("autoencoder.")})
+    ae.load_state_dict(autoencoder_state(state))
     return ae.encoder, state
 
 
