@@ -6,10 +6,10 @@
     python -m benchmarks.bench_fit --epochs 5 20 --rounds 1 --variant fixed "..." --concurrent 1 2 4 8 \\
         --data.init_args.on_device true --trainer.accelerator gpu --trainer.devices 1      (benchmarks/gpu_check.sh)
 
-Each variant is ``python -m lit_otclust fit --config configs/<dataset>_ot.yaml`` as a user runs it (CSV and offline
-W&B logging, a checkpoint and an evaluation every epoch) with the variant's and the common overrides; ``--bare``
-adds ``benchmarks/bare_loop.py`` with the named solvers (``bare-solve``, ``bare-fixed``). Every (variant, epochs)
-process runs once a round, in an order rotated each round. A round's marginal epoch is
+Each variant is ``python -m lit_otclust fit --config configs/<dataset>_ot.yaml`` (or ``--config PATH``) as a user
+runs it (CSV and offline W&B logging, a checkpoint and an evaluation every epoch) with the variant's and the common
+overrides; ``--bare`` adds ``benchmarks/bare_loop.py`` with the named solvers (``bare-solve``, ``bare-fixed``).
+Every (variant, epochs) process runs once a round, in an order rotated each round. A round's marginal epoch is
 ``(wall(E2) - wall(E1)) / (E2 - E1)``: what one more epoch costs, with the start-up, the k-means init and the
 shut-down (the same in both) taken out; its fixed cost is ``wall(E1) - E1 * marginal``. Printed: the medians over
 the rounds, the range, the 200-epoch projection ``fixed + 200 * marginal``, each variant's marginal epoch over its
@@ -40,11 +40,12 @@ from benchmarks.harness import REPO, child_env, median, rotated, table, timed
 
 class StepTimer(L.Callback):
     """Seconds of the training batches and of evaluation, summed over the fit, written as JSON to ``path`` at its
-    end; from each epoch's first batch, as the bare loop times it."""
+    end; each epoch's training from its first batch's start to its last batch's end, as the bare loop times it (an
+    epoch without evaluation counts too: ``check_val_every_n_epoch``)."""
 
     def __init__(self, path: str) -> None:
         self.path, self.train_s, self.eval_s, self.steps = path, 0.0, 0.0, 0
-        self._t = 0.0
+        self._t = self._last = self._v = 0.0
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if batch_idx == 0:
@@ -52,22 +53,24 @@ class StepTimer(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.steps += 1
+        self._last = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:  # after the epoch's evaluation, if it has one
+        self.train_s += self._last - self._t
 
     def on_validation_epoch_start(self, trainer, pl_module) -> None:
-        if trainer.state.fn == "fit":
-            self.train_s += time.perf_counter() - self._t
-        self._t = time.perf_counter()
+        self._v = time.perf_counter()
 
     def on_validation_epoch_end(self, trainer, pl_module) -> None:
-        self.eval_s += time.perf_counter() - self._t
+        self.eval_s += time.perf_counter() - self._v
 
     def on_fit_end(self, trainer, pl_module) -> None:
         Path(self.path).write_text(json.dumps({"train_s": self.train_s, "eval_s": self.eval_s, "steps": self.steps,
                                                "ms_per_step": 1e3 * self.train_s / max(self.steps, 1)}))
 
 
-def fit_command(dataset: str, epochs: int, data_dir: str, run_dir: str, timer: Path, args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "lit_otclust", "fit", "--config", f"configs/{dataset}_ot.yaml",
+def fit_command(config: str, epochs: int, data_dir: str, run_dir: str, timer: Path, args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "lit_otclust", "fit", "--config", config,
             "--trainer.max_epochs", str(epochs), "--data.data_dir", data_dir, "--trainer.default_root_dir", run_dir,
             "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
             "--trainer.callbacks+=benchmarks.bench_fit.StepTimer", f"--trainer.callbacks.init_args.path={timer}", *args]
@@ -83,7 +86,7 @@ def run_once(name: str, epochs: int, a: argparse.Namespace, fits: dict[str, list
     """One process of variant ``name`` at ``epochs``: (wall seconds, CPU seconds, ms a training step)."""
     timer = Path(tmp) / f"timer_{tag}.json"
     if name in fits:
-        cmd = fit_command(a.dataset, epochs, a.data_dir, f"{tmp}/run_{tag}", timer, fits[name])
+        cmd = fit_command(a.config, epochs, a.data_dir, f"{tmp}/run_{tag}", timer, fits[name])
     else:
         cmd = bare_command(a.dataset, epochs, a.data_dir, name.removeprefix("bare-"), a.bare_iters,
                             a.bare_device)
@@ -96,7 +99,7 @@ def concurrent(n: int, epochs: int, a: argparse.Namespace, args: list[str], tmp:
     """Wall seconds of ``n`` copies of a fit started at once, until the last ends; each gets its share of the cores
     (``OMP_NUM_THREADS``, unless ``--threads`` set it): OpenMP threads beyond the cores spin-wait on each other."""
     env = child_env(a.threads or max(1, (os.cpu_count() or 1) // n))
-    cmds = [fit_command(a.dataset, epochs, a.data_dir, f"{tmp}/conc{n}_{i}", Path(tmp) / f"conc{n}_{i}.json", args)
+    cmds = [fit_command(a.config, epochs, a.data_dir, f"{tmp}/conc{n}_{i}", Path(tmp) / f"conc{n}_{i}.json", args)
             for i in range(n)]
     # stderr to files, not pipes: waiting on one process while another fills its pipe would stall that one.
     logs = [Path(tmp) / f"conc{n}_{i}.stderr" for i in range(n)]
@@ -117,6 +120,9 @@ def concurrent(n: int, epochs: int, a: argparse.Namespace, args: list[str], tmp:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", choices=["mnist", "cifar10"], default="mnist")
+    p.add_argument("--config", default=None,
+                   help="the fit's config (default: configs/<dataset>_ot.yaml); a variant's own --config would reset "
+                        "the epochs, so a config to time goes here")
     p.add_argument("--data-dir", default="../shared/data")
     p.add_argument("--epochs", type=int, nargs=2, default=[1, 3], metavar=("E1", "E2"))
     p.add_argument("--rounds", type=int, default=3)
@@ -129,10 +135,11 @@ def main() -> None:
     p.add_argument("--concurrent", type=int, nargs="*", default=[], help="copies of the first variant run at once")
     a, common = p.parse_known_args()
     a.data_dir = str(Path(a.data_dir).resolve())
+    a.config = a.config or f"configs/{a.dataset}_ot.yaml"
     (e1, e2), env = a.epochs, child_env(a.threads)
     fits = {name: [*common, *shlex.split(extra)] for name, extra in (a.variant or [("solve", "")])}
     names = [*fits, *(f"bare-{s}" for s in a.bare)]
-    print(f"{a.dataset}, epochs {e1} and {e2}, {a.rounds} round(s), OMP_NUM_THREADS={env.get('OMP_NUM_THREADS')}, "
+    print(f"{a.config}, epochs {e1} and {e2}, {a.rounds} round(s), OMP_NUM_THREADS={env.get('OMP_NUM_THREADS')}, "
           f"common overrides {common}")
     walls = {(n, e): [] for n in names for e in (e1, e2)}
     cpus = {(n, e): [] for n in names for e in (e1, e2)}

@@ -56,6 +56,8 @@ def test_gpu_check_runs_every_stage_on_the_cpu(data_dir):
 @pytest.mark.parametrize("args", [
     ["benchmarks.bench_fit", "--epochs", "1", "2", "--rounds", "1", "--variant", "fixed",
      "--model.loss.init_args.solver fixed --model.loss.init_args.iters 3", "--bare", "fixed", "--data.init_args.subset", "600"],
+    ["benchmarks.bench_fit", "--config", "configs/mnist_ae_kmeans.yaml", "--epochs", "1", "2", "--rounds", "1",
+     "--data.init_args.subset", "600"],
     ["benchmarks.bench_sinkhorn", "--rounds", "1", "--sizes", "300", "10", "--eps", "0.1"],
     ["benchmarks.bench_data", "--datasets", "mnist", "--rounds", "1"],
     ["benchmarks.bench_eval_batch", "--sizes", "5000", "--rounds", "1"],
@@ -66,7 +68,10 @@ def test_each_benchmark_runs_on_tiny_settings(args, data_dir):
     no_data = ("benchmarks.bench_sinkhorn", "benchmarks.bench_compile", "benchmarks.bench_estimator")
     extra = [] if args[0] in no_data else ["--data-dir", str(data_dir)]
     out = _run([sys.executable, "-m", *args, *extra])
-    expected = {"benchmarks.bench_fit": "| bare-fixed |", "benchmarks.bench_sinkhorn": "(300, 10)",
+    expected = {"benchmarks.bench_fit": "| bare-fixed |" if "--bare" in args else " solve |",
+                "benchmarks.bench_sinkhorn": "(300, 10)",
                 "benchmarks.bench_data": "train epoch", "benchmarks.bench_eval_batch": "eval_batch_size   5000",
                 "benchmarks.bench_compile": "cpu / eager", "benchmarks.bench_estimator": "| estimator |"}[args[0]]
     assert expected in out
+    if "--config" in args:  # the config timed, not configs/mnist_ot.yaml
+        assert f"{args[args.index('--config') + 1]}, epochs 1 and 2" in out

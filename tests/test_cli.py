@@ -202,6 +202,22 @@ def test_run_stopped_by_sigterm_resumes_to_the_uninterrupted_run(data_dir, tmp_p
         assert a[key] == b[key], key
 
 
+def test_evaluating_less_often_leaves_the_training_unchanged(data_dir, tmp_path, uninterrupted, monkeypatch):
+    """`--trainer.check_val_every_n_epoch 2` (what a long pre-training uses to halve its epoch): evaluation, the
+    k-means refit before it while pre-training included, draws from no generator training uses and writes no
+    parameter, so the run ends weight for weight where the run evaluated every epoch ends, and scores the same."""
+    full_root, full_state = uninterrupted
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    sparse = fit(data_dir, tmp_path, "--trainer.check_val_every_n_epoch", "2").trainer
+    state = sparse.lightning_module.state_dict()
+    assert state.keys() == full_state.keys()
+    for name, p in full_state.items():
+        torch.testing.assert_close(state[name], p, rtol=0, atol=0, msg=name)
+    every, sparse_epochs = epoch_metrics(full_root), epoch_metrics(tmp_path)
+    assert sorted(k for k in sparse_epochs if "val/acc" in sparse_epochs[k]) == [1]  # epoch 1 only: (1 + 1) % 2 == 0
+    assert sparse_epochs[1]["val/acc"] == every[1]["val/acc"]
+
+
 def test_a_run_clusters_a_pretraining_made_elsewhere_from_its_checkpoint(data_dir, uninterrupted):
     """`--model.autoencoder.init_args.weights CKPT --phases.pretrain_epochs 0`: the autoencoder another run trained
     (here the smoke run's, from its last.ckpt) is the model's, weight for weight, before the first step."""
