@@ -47,8 +47,9 @@ def _load_weights(module: nn.Module, weights: str | None) -> None:
     if weights is None:
         return
     if not Path(weights).is_file():
-        raise FileNotFoundError(f"`weights`: no file {weights} (relative to {Path.cwd()}): run the pre-training that "
-                                f"writes it first, or set --model.autoencoder.init_args.weights to its checkpoint")
+        where = "" if Path(weights).is_absolute() else f" (relative to {Path.cwd()})"
+        raise FileNotFoundError(f"`weights`: no file {weights}{where}: run the pre-training that writes it first, or "
+                                f"set --model.autoencoder.init_args.weights to its checkpoint")
     state = torch.load(weights, map_location="cpu", weights_only=False)
     if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):  # a Lightning checkpoint
         state = autoencoder_state(state)
