@@ -8,6 +8,7 @@ here reads run records (one JSON file a run, :func:`load`) and returns numbers o
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -97,8 +98,11 @@ def table(out: str | Path, key: str = "val/acc", baselines: str | None = BASELIN
     """
     records = load(out)
     groups = _group(records, key)
-    # The overrides every run of a column shares: a record's settings less its grid point, which names the column.
-    overrides = [{f"{k}={v}" for k, v in r["settings"].items() if k not in r["grid"]} for r in records]
+    # The overrides every run of a column shares: a record's settings less its grid point, which names the column. A
+    # per-seed value (a study's ``{seed}``, e.g. each seed's pre-trained weights) is written back as that template, so
+    # ten seeds' checkpoints read as one override and not ten.
+    overrides = [{f"{k}={_seed_template(str(v), r['seed'])}" for k, v in r["settings"].items() if k not in r["grid"]}
+                 for r in records]
     every_run = set.intersection(*overrides) if overrides else set()
     fixed = sorted(every_run) + [f"{o} (some runs)" for o in sorted(set().union(*overrides) - every_run)]
     datasets = {r["dataset"] for r in records}
@@ -128,6 +132,11 @@ def table(out: str | Path, key: str = "val/acc", baselines: str | None = BASELIN
     if fixed:
         lines = [f"Overrides given to the runs: {', '.join(fixed)}.", "", *lines]
     return "\n".join(lines) + "\n"
+
+
+def _seed_template(value: str, seed: int) -> str:
+    """``value`` with its run's ``seed=<seed>`` written as the study file's ``seed={seed}``."""
+    return re.sub(rf"seed={seed}(?!\d)", "seed={seed}", value)
 
 
 OTHER_METRICS = {"val/acc": "acc", "val/acc_potential": "acc, potential rule", "val/nmi": "NMI", "val/ari": "ARI",

@@ -481,6 +481,25 @@ def test_table_reports_mean_std_range_and_welch_test(tmp_path):
     assert f"| mnist | ot |  | {np.mean(ot):.3f} | — | — |" in text
 
 
+def test_table_states_a_per_seed_override_once_as_the_study_files_template(tmp_path):
+    """Each seed's run loads its own seed's checkpoint (``{seed}`` in a study's ``set``): the table names the
+    template once, as every run's, not one path per seed marked '(some runs)'."""
+    template = "results/x/runs/mnist_ae_kmeans__seed={seed}/checkpoints/last.ckpt"
+    write_runs(tmp_path, {"ot_p": [0.9, 0.91, 0.92, 0.93, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99, 0.995, 0.996]})
+    for path in tmp_path.glob("*.json"):  # settings as the runner records them: the template filled in
+        record = json.loads(path.read_text())
+        record["settings"] = {"weights": template.replace("{seed}", str(record["seed"])), "trainer.max_epochs": "200"}
+        path.write_text(json.dumps(record))
+    first_line = experiments.table(str(tmp_path), baselines=None).splitlines()[0]
+    assert first_line == f"Overrides given to the runs: trainer.max_epochs=200, weights={template}."
+    # A value that only shares the seed's digits (seed 1 against seed=11) stays as it is.
+    record = json.loads((tmp_path / "mnist_ot_p__seed=1.json").read_text())
+    record["settings"]["weights"] = template.replace("{seed}", "11")
+    (tmp_path / "mnist_ot_p__seed=1.json").write_text(json.dumps(record))
+    assert "mnist_ae_kmeans__seed=11/checkpoints/last.ckpt (some runs)" in experiments.table(str(tmp_path),
+                                                                                            baselines=None)
+
+
 def test_report_writes_a_studys_table_figures_and_paired_tests(tmp_path, monkeypatch):
     """``report`` on a synthetic study: its table.md is :func:`table`'s, with scipy's numbers; a second report leaves
     the files as they were; the paired tests are scipy's ttest_rel, and a run not landed yet is a row saying so."""
