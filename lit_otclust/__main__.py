@@ -1,4 +1,5 @@
-"""Entry point of ``python -m lit_otclust`` and of the ``lit-otclust`` script."""
+"""Entry point of ``python -m lit_otclust`` and of the ``lit-otclust`` script: SIGTERM held, the process's warning
+filters, a word when other work holds the cores, then :func:`lit_otclust.cli.main`."""
 
 import sys
 
@@ -9,7 +10,78 @@ if sys.argv[1:2] == ["fit"]:
     # ranks agree on (lit_otclust.checkpointing.SignalCheckpoint); a SIGTERM at start-up or during the exit is held.
     hold_sigterm()
 
-from lit_otclust.cli import console  # noqa: E402
+import os  # noqa: E402
+import warnings  # noqa: E402
+
+import torch  # noqa: E402
+from lightning_utilities.core import rank_zero  # noqa: E402
+
+from lit_otclust.cli import SIGTERM_EXIT, main  # noqa: E402
+
+
+def console() -> None:
+    """The process's entry point (``lit-otclust`` and ``python -m lit_otclust``): :func:`main` without its return
+    value, which the script's ``sys.exit(...)`` would print and turn into exit status 1 after a successful run."""
+    quiet_third_party_notices()
+    # This process starts and owns its W&B service. A token inherited from the process that started it (a notebook, a
+    # test session, a study runner that used W&B) would attach it to that one: its run would never finish there, and a
+    # resumed attempt would find its own run id still in use.
+    os.environ.pop("WANDB_SERVICE", None)
+    if not {"-h", "--help", "--print_config"} & set(sys.argv[1:]):  # help trains nothing: no word on the cores
+        warn_if_cores_are_busy()
+    try:
+        main()
+    except SystemExit as stop:
+        if stop.code == SIGTERM_EXIT and os.environ.get("LOCAL_RANK", "0") != "0" and "SLURM_PROCID" not in os.environ:
+            # A rank that Lightning's launcher started: its launcher kills every process, rank 0 included, when one
+            # exits non-zero; rank 0, still writing its logs, reports the stop for the run. (A second SIGTERM during
+            # the exit stays pending: the entry point holds SIGTERM for the whole process.)
+            raise SystemExit(0) from None
+        raise
+
+
+def cores_oversubscribed(load: float, cores: int, threads: int) -> bool:
+    """Whether ``threads`` intra-op threads would share ``cores`` with other runnable work, judged from the
+    1-minute ``load`` average, which counts this process too (up to 1 while it imports)."""
+    return threads > 1 and max(load - 1.0, 0.0) + threads > cores + 0.5
+
+
+def warn_if_cores_are_busy() -> None:
+    """Warn when other work seems to hold the cores torch's threads will run on, unless the thread settings are
+    the user's. torch's OpenMP threads spin-wait for each other at every parallel region; when another process
+    holds a core, each wait lasts a scheduler time slice: with two 1-thread runs on these 2 cores, a short fit took
+    51.9 s at torch's default 2 threads against 13.2 s at 1."""
+    if not hasattr(os, "getloadavg") or {"OMP_NUM_THREADS", "OMP_WAIT_POLICY"} & set(os.environ):
+        return
+    if os.environ.get("LOCAL_RANK", "0") != "0" or os.environ.get("SLURM_PROCID", "0") != "0":  # DDP's other ranks
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    load, threads = os.getloadavg()[0], torch.get_num_threads()
+    if cores_oversubscribed(load, cores, threads):
+        free = max(1, cores - round(max(load - 1.0, 0.0)))
+        # One line on stderr, without the warning's source line, which tells a user nothing.
+        print(
+            f"lit_otclust: warning: the load average is {load:.1f} on the {cores} cores this run may use, and torch will run {threads} "
+            f"threads: if other work is still running, they will wait on each other (a step several times slower). "
+            f"Set OMP_NUM_THREADS={free} (or OMP_WAIT_POLICY=PASSIVE) in the run's environment; setting either "
+            "silences this.", file=sys.stderr)
+
+
+def quiet_third_party_notices() -> None:
+    """Drop lines every run printed that a user can do nothing about: Lightning's advertisements for its cloud
+    logger and model registry, and a deprecation inside Lightning's own code (``_pytree``) under this torch. Only at
+    the process's entry point: a library must not change a caller's warning filters or logging."""
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+    # Under DDP Lightning recommends sync_dist for every epoch-level value logged without it. These are global
+    # already: accuracy, NMI and ARI come from a torchmetrics Metric that reduces its counts over the ranks, the
+    # cluster sizes are reduced by the system, and every rank counts the same unconverged solves of the one global
+    # problem (DeepClustering._log_metrics, _log_sizes, on_train_epoch_end). Only their warnings are dropped.
+    warnings.filterwarnings("ignore", message=r"It is recommended to use `self.log\('(train|val|heldout)/(acc|nmi|ari|"
+                            r"size_min|size_max|size_entropy|size_error|sinkhorn_unconverged)(_distance|_potential)?', \.\.\., "
+                            r"sync_dist=True\)`")
+    # rank_zero_info logs through this module attribute, which Lightning's import replaces with its own logger.
+    rank_zero.log.addFilter(lambda record: not any(ad in record.getMessage() for ad in ("litlogger", "litmodels")))
+
 
 if __name__ == "__main__":
     console()

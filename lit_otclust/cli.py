@@ -6,11 +6,12 @@ A LightningCLI that
 - always adds the :class:`PhaseSwitch` callback, configured under ``phases:``, and the
   :class:`ClusterFigures` callback (pictures of the clusters), configured under ``figures:``
   (unless ``trainer.callbacks`` already has one);
-- when the config gives no logger, logs to CSV and to W&B under ``trainer.default_root_dir``.
+- when the config gives no logger, logs to CSV and to W&B under ``trainer.default_root_dir``
+  (:func:`lit_otclust.wandb_run.default_loggers`).
   W&B runs offline when no credentials are found: it never prompts or waits for the network,
   and ``wandb sync <default_root_dir>/wandb/offline-run-*`` uploads the run later. Checkpoints
   go to W&B as artifacts only with ``--wandb.log_model true`` (or ``all``);
-- sets up every W&B run (:class:`RunConfig`): the resolved config as the run's config, tags
+- sets up every W&B run (:class:`lit_otclust.wandb_run.RunConfig`): the resolved config as the run's config, tags
   naming the method and the data set, ``epoch`` as the x-axis of the per-epoch metrics, and
   the best and the last ``val/acc`` in the run summary;
 - saves checkpoints (``last.ckpt`` included) in ``<default_root_dir>/checkpoints``, written
@@ -25,115 +26,31 @@ A LightningCLI that
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import sys
-import warnings
 from pathlib import Path
 from typing import Literal
 
 import lightning as L
-import torch
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, ProgressBar, TQDMProgressBar
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
-from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.plugins.environments import ClusterEnvironment, SLURMEnvironment
 from lightning.pytorch.plugins.io import CheckpointIO
-from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from lightning_utilities.core import rank_zero
 
 from lit_otclust.callbacks import ClusterWriter, RunSummary
 from lit_otclust.checkpointing import AtomicCheckpointIO, SignalCheckpoint
 from lit_otclust.data.folder import UnreadableImagesError
 from lit_otclust.figures import ClusterFigures
 from lit_otclust.legacy import check_argv
-from lit_otclust.losses import ClusteringLoss
 from lit_otclust.phases import PhaseSwitch
 from lit_otclust.pretrain_cache import SharedPretraining, pretraining_key, start_from_cache
-from lit_otclust.startup import resolve_wandb_mode
 from lit_otclust.system import DeepClustering
-from lit_otclust.wandb_run import ResumableWandbLogger, close_after_stop
+from lit_otclust.wandb_run import RunConfig, close_after_stop, default_loggers
 
 SIGTERM_EXIT = 143
 # A progress bar refresh rate above any epoch's batch count: Lightning's bar then updates at each epoch's last batch.
 EPOCH_END_ONLY = 2**31 - 1
-
-
-def default_loggers(root: Path, name: str, log_model: bool | Literal["all"] = False, group: str | None = None,
-                    job_type: str | None = None, tags: list[str] | None = None, resume: bool = False) -> list:
-    """CSV and W&B under ``root``; ``group``, ``job_type`` and ``tags`` place the W&B run among others (a study's
-    runs share a group, a Table 1 column is a job type, its seed and grid settings are tags). ``resume``: the fit
-    resumes from a checkpoint, and continues the W&B run of the attempts before (:mod:`lit_otclust.wandb_run`).
-    Without the wandb package installed (a bare GPU image, say) the fit logs to CSV alone, with a warning."""
-    csv_logger = CSVLogger(save_dir=str(root), name="csv")
-    if importlib.util.find_spec("wandb") is None:
-        rank_zero_warn("the wandb package is not installed: this fit logs to CSV alone, under "
-                       f"{root / 'csv'} (pip install wandb for the W&B run)")
-        return [csv_logger]
-    offline = resolve_wandb_mode() in ("offline", "dryrun")
-    if offline and log_model:
-        # WandbLogger refuses the combination (an offline run cannot upload artifacts): keep the run going.
-        rank_zero_warn(f"wandb.log_model={log_model!r} is ignored: W&B runs offline (no credentials, or WANDB_MODE="
-                       "offline), where checkpoints cannot be logged as artifacts; they stay in checkpoints/")
-        log_model = False
-    wandb_dir = root / "wandb"
-    wandb_dir.mkdir(parents=True, exist_ok=True)
-    # Not offline=True: W&B reads WANDB_MODE=offline itself, and WandbLogger's offline=True rewrites it to "dryrun"
-    # after the service started early read the environment (startup.py), which wandb.init answers with a warning
-    # that the change is ignored.
-    wandb_logger = ResumableWandbLogger(root, csv_logger, resume, project=os.environ.get("WANDB_PROJECT", "lit_otclust"),
-                                        name=name, save_dir=str(root), log_model=log_model, group=group,
-                                        job_type=job_type, tags=tags or None)
-    # WandbLogger always hands wandb.init `anonymous=None`, which W&B (>= 0.19) answers on every run with "The
-    # anonymous setting has no effect"; the key does nothing else, so it is dropped.
-    getattr(wandb_logger, "_wandb_init", {}).pop("anonymous", None)
-    return [csv_logger, wandb_logger]
-
-
-def run_tags(config: dict, loss: ClusteringLoss | None) -> list[str]:
-    """The method (the loss's ``tag``, ``_p`` when pre-trained; ``ae_kmeans`` without a loss) and the data module."""
-    method = "ae_kmeans" if loss is None else loss.tag
-    if (config.get("phases") or {}).get("pretrain_epochs", 0) > 0:
-        method += "_p"
-    data = config.get("data") or {}
-    data_class = data.get("class_path", "") if isinstance(data, dict) else ""
-    return [method, data_class.rsplit(".", 1)[-1]] if data_class else [method]
-
-
-class RunConfig(SaveConfigCallback):
-    """Saves ``config.yaml`` (as Lightning does) and sets up each W&B run the way its users expect.
-
-    The resolved config (model, data, trainer, phases, figures, ...) becomes the run's config and
-    names its tags (:func:`run_tags`); every metric (all are logged per epoch) is plotted against
-    ``epoch`` instead of WandbLogger's ``trainer/global_step``, which is still logged alongside; the
-    summary keeps both the best and the last ``val/acc``. Runs on global rank 0 only (Lightning
-    calls ``save_config`` there), as the loggers do.
-    """
-
-    def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        loggers = [logger for logger in trainer.loggers if isinstance(logger, WandbLogger)]
-        if not loggers:
-            return
-        config = json.loads(self.parser.dump(self.config, format="json", skip_none=False))
-        config.pop("config", None)  # the paths of the config files, whose content is the rest
-        # A study's fit names its study file (wandb.study), not the file's content: its `set` may hold a value that
-        # the grid replaced, and this config is what ran.
-        tags = run_tags(config, getattr(pl_module, "loss", None))
-        for logger in loggers:
-            try:
-                run = logger.experiment
-                run.config.update(config, allow_val_change=True)
-                run.tags = tuple(dict.fromkeys([*(run.tags or ()), *tags]))
-                # Lightning adds `epoch` to every metric it logs; step_sync fills it in for the others.
-                run.define_metric("epoch")
-                run.define_metric("*", step_metric="epoch", step_sync=True)
-                run.define_metric("val/acc", step_metric="epoch", summary="max,last")
-            except Exception as error:  # noqa: BLE001 - a pre-emption can end W&B's service at any moment
-                if not isinstance(logger, ResumableWandbLogger):
-                    raise
-                logger.give_up(error)
 
 
 class OTClusterCLI(LightningCLI):
@@ -278,67 +195,3 @@ def main(args: list[str] | None = None) -> OTClusterCLI:
             raise
         # Bad files, found before any logger or W&B run exists: the message, as a usage error ends, no traceback.
         raise SystemExit(f"{program_name()}: error: {cause}") from None
-
-
-def console() -> None:
-    """The process's entry point (``lit-otclust`` and ``python -m lit_otclust``): :func:`main` without its return
-    value, which the script's ``sys.exit(...)`` would print and turn into exit status 1 after a successful run."""
-    quiet_third_party_notices()
-    # This process starts and owns its W&B service. A token inherited from the process that started it (a notebook, a
-    # test session, a study runner that used W&B) would attach it to that one: its run would never finish there, and a
-    # resumed attempt would find its own run id still in use.
-    os.environ.pop("WANDB_SERVICE", None)
-    if not {"-h", "--help", "--print_config"} & set(sys.argv[1:]):  # help trains nothing: no word on the cores
-        warn_if_cores_are_busy()
-    try:
-        main()
-    except SystemExit as stop:
-        if stop.code == SIGTERM_EXIT and os.environ.get("LOCAL_RANK", "0") != "0" and "SLURM_PROCID" not in os.environ:
-            # A rank that Lightning's launcher started: its launcher kills every process, rank 0 included, when one
-            # exits non-zero; rank 0, still writing its logs, reports the stop for the run. (A second SIGTERM during
-            # the exit stays pending: the entry point holds SIGTERM for the whole process.)
-            raise SystemExit(0) from None
-        raise
-
-
-def cores_oversubscribed(load: float, cores: int, threads: int) -> bool:
-    """Whether ``threads`` intra-op threads would share ``cores`` with other runnable work, judged from the
-    1-minute ``load`` average, which counts this process too (up to 1 while it imports)."""
-    return threads > 1 and max(load - 1.0, 0.0) + threads > cores + 0.5
-
-
-def warn_if_cores_are_busy() -> None:
-    """Warn when other work seems to hold the cores torch's threads will run on, unless the thread settings are
-    the user's. torch's OpenMP threads spin-wait for each other at every parallel region; when another process
-    holds a core, each wait lasts a scheduler time slice: with two 1-thread runs on these 2 cores, a short fit took
-    51.9 s at torch's default 2 threads against 13.2 s at 1."""
-    if not hasattr(os, "getloadavg") or {"OMP_NUM_THREADS", "OMP_WAIT_POLICY"} & set(os.environ):
-        return
-    if os.environ.get("LOCAL_RANK", "0") != "0" or os.environ.get("SLURM_PROCID", "0") != "0":  # DDP's other ranks
-        return
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    load, threads = os.getloadavg()[0], torch.get_num_threads()
-    if cores_oversubscribed(load, cores, threads):
-        free = max(1, cores - round(max(load - 1.0, 0.0)))
-        # One line on stderr, without the warning's source line, which tells a user nothing.
-        print(
-            f"lit_otclust: warning: the load average is {load:.1f} on the {cores} cores this run may use, and torch will run {threads} "
-            f"threads: if other work is still running, they will wait on each other (a step several times slower). "
-            f"Set OMP_NUM_THREADS={free} (or OMP_WAIT_POLICY=PASSIVE) in the run's environment; setting either "
-            "silences this.", file=sys.stderr)
-
-
-def quiet_third_party_notices() -> None:
-    """Drop lines every run printed that a user can do nothing about: Lightning's advertisements for its cloud
-    logger and model registry, and a deprecation inside Lightning's own code (``_pytree``) under this torch. Only at
-    the process's entry point: a library must not change a caller's warning filters or logging."""
-    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
-    # Under DDP Lightning recommends sync_dist for every epoch-level value logged without it. These are global
-    # already: accuracy, NMI and ARI come from a torchmetrics Metric that reduces its counts over the ranks, the
-    # cluster sizes are reduced by the system, and every rank counts the same unconverged solves of the one global
-    # problem (DeepClustering._log_metrics, _log_sizes, on_train_epoch_end). Only their warnings are dropped.
-    warnings.filterwarnings("ignore", message=r"It is recommended to use `self.log\('(train|val|heldout)/(acc|nmi|ari|"
-                            r"size_min|size_max|size_entropy|size_error|sinkhorn_unconverged)(_distance|_potential)?', \.\.\., "
-                            r"sync_dist=True\)`")
-    # rank_zero_info logs through this module attribute, which Lightning's import replaces with its own logger.
-    rank_zero.log.addFilter(lambda record: not any(ad in record.getMessage() for ad in ("litlogger", "litmodels")))

@@ -10,8 +10,8 @@ It embeds the fitted images and draws, with the functions of :mod:`lit_otclust.p
   :meth:`lit_otclust.losses.ClusteringLoss.plan`);
 
 and saves them as PNG (and to W&B when a ``WandbLogger`` is attached), with the confusion counts
-also as CSV (``confusion_<tag>.csv``, :func:`confusion_csv`), so how classes merge and split over
-the epochs can be read back as numbers (:func:`read_confusion_csv`). Clusters appear in the same
+also as CSV (``confusion_<tag>.csv``, :func:`lit_otclust.runfiles.confusion_csv`), so how classes merge and split
+over the epochs can be read back as numbers (:func:`lit_otclust.runfiles.read_confusion_csv`). Clusters appear in the same
 order in every picture: those matched to class 0, 1, ... first, unmatched ones after. Classes are
 labelled by name where the data module names them (``class_names``: an image folder's
 sub-folders, CIFAR-10's names), else by number.
@@ -37,31 +37,13 @@ from lit_otclust.clustering import embed_samples
 from lit_otclust.data import eval_batch_size
 from lit_otclust.plots import (confusion_figure, display_images, embedding_figure, gallery_figure, matched_confusion,
                                nearest_to_centers, pca_2d, plan_figure, save_png, sizes_figure)
+from lit_otclust.runfiles import confusion_csv
 from lit_otclust.sinkhorn import squared_distances
 from lit_otclust.wandb_run import ResumableWandbLogger
 
-__all__ = ["ClusterFigures", "FIGURE_NAMES", "confusion_csv", "read_confusion_csv"]
+__all__ = ["ClusterFigures", "FIGURE_NAMES"]
 
 FIGURE_NAMES = ("gallery", "confusion", "embedding", "sizes", "plan")
-
-
-def confusion_csv(matrix: Tensor, order: Tensor, matching: Tensor) -> str:
-    """The output of :func:`matched_confusion` as CSV text: a header ``cluster,matched_class,0,1,...,C-1``, then
-    one row per cluster in ``order`` (its index, its matched class or -1, its counts per class)."""
-    num_classes = matrix.shape[1]
-    lines = [",".join(["cluster", "matched_class", *map(str, range(num_classes))])]
-    for k, counts in zip(order.tolist(), matrix.tolist()):
-        lines.append(",".join(map(str, [k, int(matching[k]), *counts])))
-    return "\n".join(lines) + "\n"
-
-
-def read_confusion_csv(path: Path) -> dict[str, list]:
-    """A file written from :func:`confusion_csv`: ``{"cluster": (K,), "matched_class": (K,), "counts": (K, C)}``."""
-    header, *rows = [line.split(",") for line in Path(path).read_text().splitlines() if line]
-    if header[:2] != ["cluster", "matched_class"]:
-        raise ValueError(f"{path}: not a confusion CSV (header {header[:2]})")
-    table = [[int(v) for v in row] for row in rows]
-    return {"cluster": [r[0] for r in table], "matched_class": [r[1] for r in table], "counts": [r[2:] for r in table]}
 
 
 def _when(epoch: int | None) -> str:

@@ -36,7 +36,7 @@ from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 
 from lit_otclust.checkpointing import AtomicCheckpointIO
-from lit_otclust.studies import csv_logs
+from lit_otclust.runfiles import csv_logs
 
 CHECKPOINT, ROWS, SOURCE = "pretrained.ckpt", "metrics.csv", "source.json"
 STARTED_FROM = "pretrained.json"  # in the run's folder: the cache entry it started from

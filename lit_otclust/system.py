@@ -338,7 +338,7 @@ class DeepClustering(L.LightningModule):
                     self._noted_unlabelled = True
                 continue
             suffix = "" if rule == self.hparams.assignment else f"_{rule}"
-            # Global already (the metric reduces its table over the ranks): no sync_dist (cli.quiet_third_party_notices).
+            # Global already (the metric reduces its table over the ranks): no sync_dist (__main__.quiet_third_party_notices).
             self.log_dict({f"{prefix}/{k}{suffix}": res[k] for k in ("acc", "nmi", "ari", "size_error")})
 
     def on_validation_epoch_end(self) -> None:

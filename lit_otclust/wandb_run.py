@@ -1,4 +1,5 @@
-"""W&B logging that survives pre-emption: one W&B run per training run, whatever stops and resumes it.
+"""The loggers of a fit (:func:`default_loggers`: CSV and W&B; :class:`RunConfig`: the W&B run's config, tags and
+axes), and W&B logging that survives pre-emption: one W&B run per training run, whatever stops and resumes it.
 
 SLURM pre-empts a job by sending SIGTERM to every process of the job, W&B's service (``wandb-core``, a child of
 rank 0) included, which exits on it. The fit itself holds SIGTERM until a batch boundary and stops there
@@ -21,19 +22,27 @@ SIGTERM however it was started), so the logging is what must not fail:
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
+import os
 import secrets
 import string
 import struct
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
+import lightning as L
+from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_only, rank_zero_warn
 
-from lit_otclust.studies import csv_logs
+from lit_otclust.runfiles import csv_logs
+from lit_otclust.startup import resolve_wandb_mode
+
+if TYPE_CHECKING:
+    from lit_otclust.losses import ClusteringLoss
 
 STATE = "resume.json"
 _AXES = {"epoch", "step", "trainer/global_step", "_step", "_runtime", "_timestamp"}  # not a row's own metrics
@@ -231,3 +240,78 @@ class ResumableWandbLogger(WandbLogger):
     @rank_zero_only
     def finalize(self, status: str) -> None:
         self._guarded(super().finalize, status)
+
+
+def default_loggers(root: Path, name: str, log_model: bool | Literal["all"] = False, group: str | None = None,
+                    job_type: str | None = None, tags: list[str] | None = None, resume: bool = False) -> list:
+    """CSV and W&B under ``root``; ``group``, ``job_type`` and ``tags`` place the W&B run among others (a study's
+    runs share a group, a Table 1 column is a job type, its seed and grid settings are tags). ``resume``: the fit
+    resumes from a checkpoint, and continues the W&B run of the attempts before (:mod:`lit_otclust.wandb_run`).
+    Without the wandb package installed (a bare GPU image, say) the fit logs to CSV alone, with a warning."""
+    csv_logger = CSVLogger(save_dir=str(root), name="csv")
+    if importlib.util.find_spec("wandb") is None:
+        rank_zero_warn("the wandb package is not installed: this fit logs to CSV alone, under "
+                       f"{root / 'csv'} (pip install wandb for the W&B run)")
+        return [csv_logger]
+    offline = resolve_wandb_mode() in ("offline", "dryrun")
+    if offline and log_model:
+        # WandbLogger refuses the combination (an offline run cannot upload artifacts): keep the run going.
+        rank_zero_warn(f"wandb.log_model={log_model!r} is ignored: W&B runs offline (no credentials, or WANDB_MODE="
+                       "offline), where checkpoints cannot be logged as artifacts; they stay in checkpoints/")
+        log_model = False
+    wandb_dir = root / "wandb"
+    wandb_dir.mkdir(parents=True, exist_ok=True)
+    # Not offline=True: W&B reads WANDB_MODE=offline itself, and WandbLogger's offline=True rewrites it to "dryrun"
+    # after the service started early read the environment (startup.py), which wandb.init answers with a warning
+    # that the change is ignored.
+    wandb_logger = ResumableWandbLogger(root, csv_logger, resume, project=os.environ.get("WANDB_PROJECT", "lit_otclust"),
+                                        name=name, save_dir=str(root), log_model=log_model, group=group,
+                                        job_type=job_type, tags=tags or None)
+    # WandbLogger always hands wandb.init `anonymous=None`, which W&B (>= 0.19) answers on every run with "The
+    # anonymous setting has no effect"; the key does nothing else, so it is dropped.
+    getattr(wandb_logger, "_wandb_init", {}).pop("anonymous", None)
+    return [csv_logger, wandb_logger]
+
+
+def run_tags(config: dict, loss: ClusteringLoss | None) -> list[str]:
+    """The method (the loss's ``tag``, ``_p`` when pre-trained; ``ae_kmeans`` without a loss) and the data module."""
+    method = "ae_kmeans" if loss is None else loss.tag
+    if (config.get("phases") or {}).get("pretrain_epochs", 0) > 0:
+        method += "_p"
+    data = config.get("data") or {}
+    data_class = data.get("class_path", "") if isinstance(data, dict) else ""
+    return [method, data_class.rsplit(".", 1)[-1]] if data_class else [method]
+
+
+class RunConfig(SaveConfigCallback):
+    """Saves ``config.yaml`` (as Lightning does) and sets up each W&B run the way its users expect.
+
+    The resolved config (model, data, trainer, phases, figures, ...) becomes the run's config and
+    names its tags (:func:`run_tags`); every metric (all are logged per epoch) is plotted against
+    ``epoch`` instead of WandbLogger's ``trainer/global_step``, which is still logged alongside; the
+    summary keeps both the best and the last ``val/acc``. Runs on global rank 0 only (Lightning
+    calls ``save_config`` there), as the loggers do.
+    """
+
+    def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        loggers = [logger for logger in trainer.loggers if isinstance(logger, WandbLogger)]
+        if not loggers:
+            return
+        config = json.loads(self.parser.dump(self.config, format="json", skip_none=False))
+        config.pop("config", None)  # the paths of the config files, whose content is the rest
+        # A study's fit names its study file (wandb.study), not the file's content: its `set` may hold a value that
+        # the grid replaced, and this config is what ran.
+        tags = run_tags(config, getattr(pl_module, "loss", None))
+        for logger in loggers:
+            try:
+                run = logger.experiment
+                run.config.update(config, allow_val_change=True)
+                run.tags = tuple(dict.fromkeys([*(run.tags or ()), *tags]))
+                # Lightning adds `epoch` to every metric it logs; step_sync fills it in for the others.
+                run.define_metric("epoch")
+                run.define_metric("*", step_metric="epoch", step_sync=True)
+                run.define_metric("val/acc", step_metric="epoch", summary="max,last")
+            except Exception as error:  # noqa: BLE001 - a pre-emption can end W&B's service at any moment
+                if not isinstance(logger, ResumableWandbLogger):
+                    raise
+                logger.give_up(error)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lit_otclust.studies import read_curves
+from lit_otclust.runfiles import read_curves
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = str(REPO / "configs" / "smoke.yaml")

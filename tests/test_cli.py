@@ -23,7 +23,9 @@ import wandb
 import yaml
 from scipy.optimize import linear_sum_assignment
 
-from lit_otclust.cli import EPOCH_END_ONLY, OTClusterCLI, cores_oversubscribed, default_loggers, main
+from lit_otclust.__main__ import cores_oversubscribed
+from lit_otclust.cli import EPOCH_END_ONLY, OTClusterCLI, main
+from lit_otclust.wandb_run import default_loggers
 from lit_otclust.data import MNISTDataModule
 from lit_otclust.losses import OTLoss, SoftKMeans
 from lit_otclust.models import MLPAutoencoder
@@ -82,7 +84,7 @@ def test_the_cores_count_as_oversubscribed_when_other_work_and_the_threads_excee
 def test_busy_cores_are_one_line_on_stderr_and_never_before_the_help(argv, warned, monkeypatch, capsys):
     """Two other runs on the 2 cores and torch at 2 threads: a fit is told once, in one line without a source line;
     ``--help`` prints only the help."""
-    from lit_otclust import cli
+    import lit_otclust.__main__ as cli
 
     for name in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY", "LOCAL_RANK", "SLURM_PROCID"):
         monkeypatch.delenv(name, raising=False)

@@ -24,7 +24,9 @@ import yaml
 from nbclient import NotebookClient
 from scipy import stats
 
-from lit_otclust import experiments, legacy, runner, studies
+from lit_otclust import experiments, legacy
+from lit_otclust.lab import runner, studies
+from lit_otclust.lab.legacy import translate
 from lit_otclust.data import geometric_proportions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,7 +35,7 @@ MNIST_OT = str(REPO / "configs" / "mnist_ot.yaml")
 # The MNIST configs' lambda and training solve before they shipped lambda = 0.1 and the fixed solve; and no refit of
 # the centers, before the refit at the last joint epoch became the default under a non-uniform w.
 PINNED = {"--model.clustering_weight": "0.003333", "--model.sinkhorn_solver": "solve", "--phases.refit_epochs": "[]"}
-# The same, as the study builds them today (legacy.translate).
+# The same, as the study builds them today (translate).
 PINNED_NOW = {"--model.clustering_weight": "0.003333", "--model.loss.init_args.solver": "solve",
               "--phases.refit_epochs": "[]"}
 # The flags every fit command gives, before the study's overrides.
@@ -209,7 +211,7 @@ def test_a_committed_study_finds_its_records_and_their_commands(name, monkeypatc
             # Its flags of before `model.loss`, as the study builds them today.
             overrides = {flag[2:]: value for flag, value in done.items() if flag not in STANDARD}
             done = {**{flag: value for flag, value in done.items() if flag in STANDARD},
-                    **{f"--{key}": value for key, value in legacy.translate(done["--config"], overrides).items()}}
+                    **{f"--{key}": value for key, value in translate(done["--config"], overrides).items()}}
             # The study files now pin the MNIST recipe of their records, which the configs then held (PINNED): a
             # record made before the pin names it nowhere.
             pinned = {key: value for key, value in built[str(path)].items() if key not in done}
@@ -321,7 +323,7 @@ def test_sigterm_to_the_runner_reaches_the_fit_and_starts_no_other(tmp_path, mon
 
 def test_committed_studies_build_todays_flags_or_name_the_commit_of_a_retired_option():
     """The flags of before ``model.loss`` in the committed study files become today's when a study builds its
-    commands (``legacy.translate``); an option since retired stops the command naming the commit that runs it."""
+    commands (``translate``); an option since retired stops the command naming the commit that runs it."""
     old = {"--model.clustering", *(f"--{key}" for key in legacy.MOVED | legacy.MOVED_OT)}
     built = retired = 0
     for path in sorted(STUDIES.glob("*.yaml")):
@@ -335,12 +337,12 @@ def test_committed_studies_build_todays_flags_or_name_the_commit_of_a_retired_op
             assert not flags & old, (path.name, flags & old)
             built += 1
     assert built > 500 and retired > 0
-    skm = legacy.translate(str(REPO / "configs" / "mnist_soft_kmeans_dkm.yaml"),
+    skm = translate(str(REPO / "configs" / "mnist_soft_kmeans_dkm.yaml"),
                            {"model.sinkhorn_solver": "solve", "model.epsilon": "0.1"})
     assert skm == {"model.loss.init_args.epsilon": "0.1"}  # soft k-means ignored the OT solve's flags, and still does
-    assert legacy.translate(MNIST_OT, {"model.clustering": "soft_kmeans", "model.soft_kmeans_form": "expected"}) == {
+    assert translate(MNIST_OT, {"model.clustering": "soft_kmeans", "model.soft_kmeans_form": "expected"}) == {
         "model.loss.class_path": "lit_otclust.losses.SoftKMeans", "model.loss.init_args.form": "expected"}
-    assert legacy.translate(MNIST_OT, {"model.clustering": "none", "model.epsilon": "1"}) == {"model.loss": "null"}
+    assert translate(MNIST_OT, {"model.clustering": "none", "model.epsilon": "1"}) == {"model.loss": "null"}
 
 
 def test_the_slurm_array_runs_what_is_left_and_requeues_a_stopped_task(tmp_path, monkeypatch):
@@ -743,9 +745,9 @@ def test_figure2_points_put_runs_without_the_grid_key_at_the_configs_value(tmp_p
         record.update(name=f"mnist_ot__epsilon=1__seed={seed}", grid={"model.epsilon": "1"}, final={"val/acc": acc})
         (tmp_path / f"{record['name']}.json").write_text(json.dumps(record))
     records = experiments.load(str(tmp_path))
-    points = experiments._grid_points(records, "mnist", "val/acc", "model.epsilon", 0.01)
+    points = experiments.grid_points(records, "mnist", "val/acc", "model.epsilon", 0.01)
     assert {k: sorted(v) for k, v in points["ot"].items()} == {0.01: pytest.approx([0.8, 0.9]), 1.0: [0.3, 0.5]}
-    assert dict(experiments._grid_points(records, "mnist", "val/acc", "model.epsilon", None)["ot"]) == {1.0: [0.3, 0.5]}
+    assert dict(experiments.grid_points(records, "mnist", "val/acc", "model.epsilon", None)["ot"]) == {1.0: [0.3, 0.5]}
     # Seeds and methods the sweep has not run stay off the figure: every point of a curve averages the same seeds.
     # Nor does a run that changes another setting: it is not at the config's epsilon as the protocol ran it.
     write_runs(tmp_path, {"ot": [0.8, 0.9, 0.1], "ae_kmeans": [0.7]})
@@ -753,7 +755,7 @@ def test_figure2_points_put_runs_without_the_grid_key_at_the_configs_value(tmp_p
     other.update(name="mnist_ot__sinkhorn_solver=fixed__seed=0", grid={"model.sinkhorn_solver": "fixed"},
                  final={"val/acc": 0.2})
     (tmp_path / f"{other['name']}.json").write_text(json.dumps(other))
-    points = experiments._grid_points(experiments.load(str(tmp_path)), "mnist", "val/acc", "model.epsilon", 0.01)
+    points = experiments.grid_points(experiments.load(str(tmp_path)), "mnist", "val/acc", "model.epsilon", 0.01)
     assert set(points) == {"ot"} and {k: sorted(v) for k, v in points["ot"].items()} == {
         0.01: pytest.approx([0.8, 0.9]), 1.0: [0.3, 0.5]}
     written = experiments.figures(str(tmp_path), grid_key="model.epsilon", grid_default=0.01)
@@ -876,7 +878,7 @@ def test_a_figures_legend_never_covers_its_curves(tmp_path, series):
     import matplotlib.pyplot as plt
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from lit_otclust import reports
+    from lit_otclust.lab import reports
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for i in range(series):
@@ -919,7 +921,7 @@ def test_a_studys_fits_are_wandb_runs_grouped_by_study_column_and_seed(data_dir,
     config = {item.key: json.loads(item.value_json) for r in records
               if r.WhichOneof("record_type") == "config" for item in r.config.update}
     config.update({item.key: json.loads(item.value_json) for item in first.config.update})
-    # The old flag of the study (model.epsilon) ran as the loss's (legacy.translate).
+    # The old flag of the study (model.epsilon) ran as the loss's (translate).
     assert config["wandb"]["study"] == str(study_file) and "study" not in config
     assert config["model"]["loss"]["init_args"]["epsilon"] == 0.05
     record = json.loads(run.record.read_text())

@@ -16,16 +16,17 @@ from sklearn.decomposition import PCA
 from sklearn.metrics import confusion_matrix
 from torch import nn
 
-from lit_otclust.cli import OTClusterCLI, main, run_tags
+from lit_otclust.cli import OTClusterCLI, main
 from lit_otclust.data import InMemoryDataset, passthrough
-from lit_otclust.experiments import read_curves
-from lit_otclust.figures import FIGURE_NAMES, ClusterFigures, read_confusion_csv
+from lit_otclust.figures import FIGURE_NAMES, ClusterFigures
 from lit_otclust.losses import OTLoss, SoftKMeans
 from lit_otclust.metrics import hungarian_accuracy
 from lit_otclust.models import ConvAutoencoder
 from lit_otclust.plots import (confusion_figure, display_images, embedding_figure, gallery_figure, matched_confusion,
                                nearest_to_centers, pca_2d, plan_figure, sizes_figure)
+from lit_otclust.runfiles import read_confusion_csv, read_curves
 from lit_otclust.system import DeepClustering
+from lit_otclust.wandb_run import run_tags
 from _runs import SMOKE
 
 

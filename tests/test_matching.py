@@ -11,7 +11,7 @@ import pytest
 import torch
 import torchvision
 
-from lit_otclust import studies
+from lit_otclust.lab import studies
 from lit_otclust.clustering import kmeans, match_sizes
 from lit_otclust.data import MNISTDataModule, geometric_proportions
 from lit_otclust.losses import OTLoss

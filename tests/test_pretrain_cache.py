@@ -11,7 +11,7 @@ import wandb
 from _runs import SMOKE, epoch_metrics
 from lit_otclust.cli import main
 from lit_otclust.pretrain_cache import CHECKPOINT, STARTED_FROM, pretraining_key
-from lit_otclust.studies import read_curves
+from lit_otclust.runfiles import read_curves
 from lit_otclust.wandb_run import history_rows, read_run_file
 
 SOFT_KMEANS = ["--model.loss", "lit_otclust.losses.SoftKMeans", "--model.loss.init_args.epsilon", "0.01"]

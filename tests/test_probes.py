@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lit_otclust.models import MLPAutoencoder
-from lit_otclust.probes import best_of, encoder_from_checkpoint, forced_move, main, nearest_distance
+from lit_otclust.lab.probes import best_of, encoder_from_checkpoint, forced_move, main, nearest_distance
 
 
 def test_best_of_matches_enumerating_every_subset():

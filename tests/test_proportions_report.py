@@ -1,4 +1,4 @@
-"""The known-proportions report (:mod:`lit_otclust.proportions`) against numpy and scipy on records written here."""
+"""The known-proportions report (:mod:`lit_otclust.lab.proportions`) against numpy and scipy on records written here."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from lit_otclust.proportions import proportions_report
+from lit_otclust.lab.proportions import proportions_report
 
 OPTIONS = {
     "title": "Known shares", "intro": "Test records.",

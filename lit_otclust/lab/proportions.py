@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from lit_otclust.stats import _select, _tag_list, compare
+from lit_otclust.lab.stats import select, _tag_list, compare
 
 
 def _spec(out: Path, balanced: str | None, name: str, folder: str, config: str, tags: str) -> str:
@@ -50,7 +50,7 @@ def proportions_report(out: Path, options: dict[str, Any], source: str,
         data = f"{label} ({ratio:g})"
         for method, (folder, config, tags) in methods.items():
             try:
-                records[name, method] = _select(_spec(out, balanced, name, folder, config, tags))
+                records[name, method] = select(_spec(out, balanced, name, folder, config, tags))
                 ran.add(data)
             except ValueError:
                 if planned is None or name == "balanced" or (

@@ -2,8 +2,8 @@
 (accuracy per epoch, accuracy against a grid key, :func:`figures`, :func:`report_folder`), and what a study file's
 ``report:`` asks for (:func:`report`): which classes merge over training (:func:`confusion_report`), whether a
 short run predicts a long one (:func:`proxy_check`), paired tests (``compare.md``) and the report on known
-cluster proportions (:mod:`lit_otclust.proportions`). The numbers come from :mod:`lit_otclust.stats`;
-``lit_otclust.experiments`` re-exports every name.
+cluster proportions (:mod:`lit_otclust.lab.proportions`). The numbers come from :mod:`lit_otclust.lab.stats`;
+``lit_otclust.lab.experiments`` re-exports every name.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from lit_otclust.proportions import proportions_report
-from lit_otclust.stats import BASELINES, _has_tags, _tags, compare_table, load, table, table1
-from lit_otclust.studies import Study
+from lit_otclust.lab.proportions import proportions_report
+from lit_otclust.lab.stats import BASELINES, _has_tags, _tags, compare_table, load, table, table1
+from lit_otclust.lab.studies import Study
 
 
 def _save(fig, ax, path: Path) -> str:
@@ -39,7 +39,7 @@ def _save(fig, ax, path: Path) -> str:
     return str(path)
 
 
-def _grid_runs(records: list[dict], dataset: str, key: str, grid_key: str,
+def grid_runs(records: list[dict], dataset: str, key: str, grid_key: str,
                grid_default: float | None) -> dict[str, dict[float, dict[int, float]]]:
     """Final ``key`` per method, value of ``grid_key`` and seed. Runs without that key in their grid count at
     ``grid_default`` (the config's own value, e.g. the protocol's epsilon), or not at all if it is None; and only
@@ -63,14 +63,14 @@ def _grid_runs(records: list[dict], dataset: str, key: str, grid_key: str,
     return by
 
 
-def _grid_points(records: list[dict], dataset: str, key: str, grid_key: str,
+def grid_points(records: list[dict], dataset: str, key: str, grid_key: str,
                  grid_default: float | None) -> dict[str, dict[float, list[float]]]:
-    """:func:`_grid_runs` without the seeds: the final values of each point, in seed order."""
+    """:func:`grid_runs` without the seeds: the final values of each point, in seed order."""
     return {method: {x: [v for _, v in sorted(runs.items())] for x, runs in points.items()}
-            for method, points in _grid_runs(records, dataset, key, grid_key, grid_default).items()}
+            for method, points in grid_runs(records, dataset, key, grid_key, grid_default).items()}
 
 
-def _grid_markdown(by: dict[str, dict[float, dict[int, float]]], key: str, grid_key: str) -> str:
+def grid_markdown(by: dict[str, dict[float, dict[int, float]]], key: str, grid_key: str) -> str:
     """Figure 2 as tables: mean ± std (runs) per method and value, then every run by seed."""
     xs = sorted({x for points in by.values() for x in points})
     head = "| method | " + " | ".join(f"{x:g}" for x in xs) + " |\n|---|" + "---|" * len(xs)
@@ -92,7 +92,7 @@ def figures(out: str | Path, key: str = "val/acc", grid_key: str | None = None,
     """PNGs in ``out``: accuracy vs epoch per method (mean over seeds, band = ± std) of the runs without
     ``grid_key`` in their grid, and, if ``grid_key`` is given (e.g. ``model.epsilon``), final accuracy
     vs that setting per method (Figure 2 style, mean ± std over seeds), the other runs at ``grid_default`` if
-    given (see :func:`_grid_runs`: the seeds of each point match). Returns the PNGs' paths."""
+    given (see :func:`grid_runs`: the seeds of each point match). Returns the PNGs' paths."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -119,7 +119,7 @@ def figures(out: str | Path, key: str = "val/acc", grid_key: str | None = None,
             ax.set(xlabel="epoch", ylabel=key, title=f"{ds}: {key} per epoch (mean ± std over seeds)")
             written.append(_save(fig, ax, Path(out) / f"figure1_{ds}.png"))
         if grid_key:
-            by = _grid_points(records, ds, key, grid_key, grid_default)
+            by = grid_points(records, ds, key, grid_key, grid_default)
             fig, ax = plt.subplots(figsize=(6, 4))
             for method, points in sorted(by.items()):
                 xs = sorted(points)
@@ -238,7 +238,7 @@ def report_folder(out: str | Path, key: str = "val/acc", baselines: str | None =
         records = load(out)
         for ds in sorted({r["dataset"] for r in records}):
             path = out / f"figure2_{ds}.md"
-            path.write_text(_grid_markdown(_grid_runs(records, ds, key, grid_key, grid_default), key, grid_key))
+            path.write_text(grid_markdown(grid_runs(records, ds, key, grid_key, grid_default), key, grid_key))
             written.append(path)
     return written
 
@@ -255,7 +255,7 @@ def report(study: Study) -> list[Path]:
     - ``compare``: a list of ``{a, b[, key, epoch, key_b, epoch_b, against]}``, paired tests (:func:`compare`) in
       ``compare.md``;
     - ``proportions``: a study on known cluster proportions, its ``report.md`` and figure
-      (:func:`lit_otclust.proportions.proportions_report`, whose docstring gives the keys).
+      (:func:`lit_otclust.lab.proportions.proportions_report`, whose docstring gives the keys).
     """
     options = study.report
     if set(options) - _REPORT_KEYS:

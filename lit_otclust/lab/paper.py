@@ -1,6 +1,6 @@
 """The paper's numbers, in one place: Table 1 (:data:`PAPER`), the p-values its text reports (:data:`PAPER_P`) and
-its runs a column (:data:`PAPER_RUNS`), from Genevay, Dulac-Arnold and Vert (AISTATS 2020). :mod:`lit_otclust.stats`
-sets ours beside them; the notebook reads them through ``lit_otclust.experiments``."""
+its runs a column (:data:`PAPER_RUNS`), from Genevay, Dulac-Arnold and Vert (AISTATS 2020). :mod:`lit_otclust.lab.stats`
+sets ours beside them; the notebook reads them through ``lit_otclust.lab.experiments``."""
 
 # Table 1 of the paper: mean, std, min, max of the accuracy over 50 runs of 200 epochs.
 PAPER = {

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from lit_otclust.paper import PAPER, PAPER_P, PAPER_RUNS  # noqa: F401 (re-exported)
-from lit_otclust.studies import parse_seeds
+from lit_otclust.lab.paper import PAPER, PAPER_P, PAPER_RUNS  # noqa: F401 (re-exported)
+from lit_otclust.lab.studies import parse_seeds
 
 # Table 1's rows in order; soft k-means in DKM's form (the paper's soft k-means, DKM_FORM) beside the soft-min form.
 METHODS = ["kmeans", "ae_kmeans", "soft_kmeans", "soft_kmeans_dkm", "soft_kmeans_p", "soft_kmeans_dkm_p", "ot", "ot_p"]
@@ -214,7 +214,7 @@ def table1(out: str | Path, dataset: str, groups: dict[str, dict[str, str]] | No
     return "\n".join(lines) + "\n"
 
 
-def _select(spec: str) -> list[dict]:
+def select(spec: str) -> list[dict]:
     """Runs named by ``DIR:CONFIG[:key=value,...]`` (grid tags as in run names; none: the runs without a grid)."""
     folder, _, rest = spec.partition(":")
     config, _, tags = rest.partition(":")
@@ -266,9 +266,9 @@ def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_
             test on seeds that played no part in choosing what is compared.
     """
     keep = None if seeds is None else set(parse_seeds(seeds))
-    runs_a = {r["seed"]: _value(r, key, epoch) for r in _select(a) if keep is None or r["seed"] in keep}
+    runs_a = {r["seed"]: _value(r, key, epoch) for r in select(a) if keep is None or r["seed"] in keep}
     epoch_b = epoch if epoch_b is None else epoch_b
-    runs_b = {r["seed"]: _value(r, key_b or key, epoch_b) for r in _select(b) if keep is None or r["seed"] in keep}
+    runs_b = {r["seed"]: _value(r, key_b or key, epoch_b) for r in select(b) if keep is None or r["seed"] in keep}
     if not runs_a or not runs_b:
         raise ValueError(f"no runs of {a if not runs_a else b} on seeds {seeds}")
     seeds = sorted(set(runs_a) & set(runs_b))

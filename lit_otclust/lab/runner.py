@@ -1,4 +1,4 @@
-"""The runner of studies (:mod:`lit_otclust.studies`): each run's fit in a subprocess, locked against a second runner,
+"""The runner of studies (:mod:`lit_otclust.lab.studies`): each run's fit in a subprocess, locked against a second runner,
 stopped by SIGTERM as a fit is (the fits in flight save ``last.ckpt``, none starts after), its record written from
 the CSV log, logged to W&B where asked; locally, ``jobs`` at a time or per GPU, or as a SLURM job array whose
 pre-empted task requeues itself."""
@@ -23,7 +23,8 @@ from pathlib import Path
 from queue import Queue
 from typing import Iterator
 
-from lit_otclust.studies import Run, Study, csv_logs, read_confusions, read_curves
+from lit_otclust.lab.studies import CURVE_KEYS, Run, Study
+from lit_otclust.runfiles import csv_logs, read_confusions, read_curves
 
 REPO = Path(__file__).resolve().parents[1]  # for the commit of the code only: configs come from the study file
 SIGTERM_EXIT = 143  # what a fit stopped by SIGTERM exits with, after saving last.ckpt (lit_otclust.cli)
@@ -172,7 +173,7 @@ def _fit_and_record(run: Run, study_file: Path | None, env: dict[str, str], thre
         return status, f"{why}: {run.name} (exit {status}; see {run.root / 'stdout.log'})"
     curves: dict[int, dict[str, float]] = {}
     for log_file in csv_logs(run.root / "csv"):  # later versions win
-        curves.update(read_curves(log_file))
+        curves.update(read_curves(log_file, CURVE_KEYS))
     dataset, _, method = run.name.split("__")[0].partition("_")
     record = {"name": run.name, "config": Path(run.config).stem, "dataset": dataset, "method": method,
               "seed": run.seed, "grid": run.grid_settings, "settings": run.settings,

@@ -1,10 +1,10 @@
 """Measurements of embeddings and plans that RESULTS.md cites beside the training records, on full MNIST.
 
-    python -m lit_otclust.probes embedding_scale --data_dir ../shared/data CKPT [CKPT ...]
-    python -m lit_otclust.probes init_scale --data_dir ../shared/data
-    python -m lit_otclust.probes kmeans_inits --data_dir ../shared/data --out results/study_kmeans [--ckpts CKPT ...]
-    python -m lit_otclust.probes plan_noise results/figures_mnist_ot_seed0/predictions.csv.gz
-    python -m lit_otclust.probes proportions --data_dir ../shared/data --out results/imbalanced_embedding CKPT [...]
+    python -m lit_otclust.lab.probes embedding_scale --data_dir ../shared/data CKPT [CKPT ...]
+    python -m lit_otclust.lab.probes init_scale --data_dir ../shared/data
+    python -m lit_otclust.lab.probes kmeans_inits --data_dir ../shared/data --out results/study_kmeans [--ckpts CKPT ...]
+    python -m lit_otclust.lab.probes plan_noise results/figures_mnist_ot_seed0/predictions.csv.gz
+    python -m lit_otclust.lab.probes proportions --data_dir ../shared/data --out results/imbalanced_embedding CKPT [...]
 
 - ``embedding_scale``: how large the learned embedding is against epsilon: per-dimension std of f(x) and the mean
   squared distance to the nearest center, over all 70k images (the clustering term acts only where epsilon is
@@ -259,7 +259,7 @@ def write_proportions(rows: list[dict], out: str, n_init: int) -> None:
     checkpoints against k-means on the same checkpoint (paired t-test)."""
     Path(out).mkdir(parents=True, exist_ok=True)
     (Path(out) / "proportions.json").write_text(json.dumps(rows, indent=1) + "\n")
-    lines = [(f"`python -m lit_otclust.probes proportions --data_dir DATA --out {out} CKPT ...` on the checkpoints "
+    lines = [(f"`python -m lit_otclust.lab.probes proportions --data_dir DATA --out {out} CKPT ...` on the checkpoints "
               f"below (n_init {n_init}): accuracy and size error against the classes, and the transport cost <P, C> "
               "told w."),
              "", "| checkpoint | seed | epoch | partition | acc | size error | transport cost |",
@@ -287,7 +287,7 @@ def write_proportions(rows: list[dict], out: str, n_init: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m lit_otclust.probes", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m lit_otclust.lab.probes", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 

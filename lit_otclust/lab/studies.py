@@ -1,5 +1,5 @@
 """Studies as data: a YAML file names a study's runs (:class:`Study`, :class:`Run`), which
-:mod:`lit_otclust.runner` runs, here or as a SLURM job array.
+:mod:`lit_otclust.lab.runner` runs, here or as a SLURM job array.
 
 A study file (``configs/studies/NAME.yaml``)::
 
@@ -31,20 +31,18 @@ from the first epoch on; where its pre-training was another run's (the runner's 
 
 from __future__ import annotations
 
-import csv
 import fnmatch
 import itertools
 import os
 import shlex
 import sys
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from lit_otclust.legacy import translate
+from lit_otclust.lab.legacy import translate
 
 CURVE_KEYS = ("val/acc", "val/acc_potential", "val/nmi", "val/ari", "heldout/acc", "train/loss",
               "train/recon", "train/cluster", "train/sinkhorn_iters", "train/plan_moved", "train/sinkhorn_unconverged",
@@ -223,31 +221,6 @@ def load_study(path: str | Path) -> Study:
     """The study a YAML file describes (see the module's docstring)."""
     path = Path(path)
     return parse_study(yaml.safe_load(path.read_text()), path)
-
-
-def csv_logs(folder: Path) -> list[Path]:
-    """The ``metrics.csv`` of each version of the Lightning CSV log in ``folder``, oldest first: a resumed run (and a
-    shared pre-training's rows, :mod:`lit_otclust.pretrain_cache`) adds a version, and later versions win."""
-    return sorted(Path(folder).glob("version_*/metrics.csv"), key=lambda p: int(p.parent.name.split("_")[1]))
-
-
-def read_curves(csv_path: Path, keys: tuple[str, ...] | None = CURVE_KEYS) -> dict[int, dict[str, float]]:
-    """Per-epoch metrics of a Lightning CSV log, one dict per epoch (only ``keys``; all if None)."""
-    rows: dict[int, dict[str, float]] = defaultdict(dict)
-    with open(csv_path) as fh:
-        for row in csv.DictReader(fh):
-            if row.get("epoch"):
-                rows[int(row["epoch"])].update({k: float(v) for k, v in row.items()
-                                                if v and k != "epoch" and (keys is None or k in keys)})
-    return dict(sorted(rows.items()))
-
-
-def read_confusions(folder: Path) -> dict[int, dict[str, list]]:
-    """The confusion counts :class:`~lit_otclust.figures.ClusterFigures` wrote in ``folder``, by epoch (0-based)."""
-    from lit_otclust.figures import read_confusion_csv  # here: the figures module imports Lightning and matplotlib
-
-    files = Path(folder).glob("confusion_epoch*.csv")
-    return {int(p.stem.removeprefix("confusion_epoch")): read_confusion_csv(p) for p in sorted(files)}
 
 
 def dry_run(study: Study) -> None:
