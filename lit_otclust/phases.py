@@ -53,7 +53,8 @@ class PhaseSwitch(L.Callback):
             pre-training), then ordered by ``match_proportions`` like k-means centers. ``"constrained"``:
             size-constrained k-means with the model's proportions (:func:`lit_otclust.clustering.constrained_kmeans`),
             which chooses the center of each w_k by transport cost over ``kmeans_n_init`` restarts, not by k-means'
-            sizes. Evaluation while pre-training still scores k-means centers of the current embedding.
+            sizes. Evaluation while pre-training still scores k-means centers of the current embedding; without a
+            loss (AE + k-means) every evaluation scores size-constrained k-means: AE + size-constrained k-means.
         refit_epochs: joint epochs (0: the first after the switch) at whose start the centers are fit again to the
             current embedding by size-constrained k-means with the model's proportions (the ``"constrained"``
             initialisation) and their Adam state is dropped. The loss's potentials are left to follow the new centers
@@ -177,9 +178,12 @@ class PhaseSwitch(L.Callback):
         # Pre-training, and the AE + k-means baseline throughout, are scored by k-means on the current
         # embeddings: fit the centers here, as a step of training, so that evaluation only reads them
         # (and `validate`/`test`/`predict` from a checkpoint use the centers of the run).
-        refit = (self.phase == "pretrain" and self.kmeans_at == "switch") or getattr(pl_module, "loss", None) is None
+        baseline = getattr(pl_module, "loss", None) is None
+        refit = (self.phase == "pretrain" and self.kmeans_at == "switch") or baseline
         if trainer.state.fn == "fit" and refit:
-            self.init_centers(trainer, pl_module, "kmeans")
+            # The baseline with center_init="constrained" is AE + size-constrained k-means with the model's w.
+            self.init_centers(trainer, pl_module, "constrained" if baseline and self.center_init == "constrained"
+                              else "kmeans")
 
     @staticmethod
     def restart_optimization(trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -623,3 +623,23 @@ def test_sgd_is_momentum_sgd_on_every_parameter():
 def test_the_optimizer_settings_are_checked(kwargs, match):
     with pytest.raises(ValueError, match=match):
         DeepClustering(MLPAutoencoder(), num_clusters=3, **kwargs)
+
+
+def test_ae_with_constrained_center_init_is_scored_by_size_constrained_kmeans_with_w(data_dir):
+    """AE + size-constrained k-means (``loss=None``, ``center_init="constrained"``): every evaluation of a fit fits the
+    centers by :func:`constrained_kmeans` with the model's w on the embeddings (that function called directly, the
+    second path), not by k-means, and the nearest-center sizes follow w more closely than k-means'."""
+    L.seed_everything(0)
+    w = [0.4, 0.25, 0.15, 0.1, 0.05, 0.02, 0.01, 0.01, 0.005, 0.005]
+    dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", subset=500, batch_size=100)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=10, loss=None, proportions=w)
+    switch = PhaseSwitch(pretrain_epochs=0, kmeans_n_init=2, seed=3, center_init="constrained")
+    trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, num_sanity_val_steps=0, callbacks=[switch])
+    trainer.fit(module, datamodule=dm)
+    with torch.no_grad():
+        z = module.embed(dm.fit_set.x)
+    expected, _, _ = constrained_kmeans(z, module.proportions, 2, 3)
+    torch.testing.assert_close(module.centers.detach(), expected.to(module.centers))
+    plain = kmeans(z, 10, 2, 3)
+    assert not torch.allclose(torch.sort(plain.sum(1)).values, torch.sort(expected.sum(1)).values, atol=1e-3)
