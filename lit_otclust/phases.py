@@ -62,13 +62,18 @@ class PhaseSwitch(L.Callback):
             non-uniform w, none otherwise; ``[]``: never. Why: on the trained embeddings of OT told the true w, that
             partition costs less transport than the trained centers' own and scores higher (RESULTS.md, "Known
             cluster proportions"); with a uniform w it is unmeasured, so not the default there.
+        warmup_steps: optimizer steps over which the joint phase's learning rates ramp linearly from 1/warmup_steps
+            of their value up to it (0: none). Why: the switch restarts the optimisation, and a restarted Adam's first
+            steps move every weight by about the learning rate whatever its gradient (its second moments start at
+            zero), which can undo a pre-trained autoencoder before the clustering term has shaped anything
+            (RESULTS.md, "When does the joint phase help?"). The ramp ends before the step decay's first step.
     """
 
     def __init__(self, pretrain_epochs: int = 0, kmeans_n_init: int = 10, seed: int = 0,
                  match_proportions: Literal["none", "sizes"] = "sizes",
                  kmeans_at: Literal["switch", "start"] = "switch",
                  center_init: Literal["kmeans", "uniform", "constrained"] = "kmeans",
-                 refit_epochs: list[int] | None = None) -> None:
+                 refit_epochs: list[int] | None = None, warmup_steps: int = 0) -> None:
         if pretrain_epochs < 0:
             raise ValueError(f"pretrain_epochs must be >= 0, got {pretrain_epochs}")
         if kmeans_n_init < 1:
@@ -79,6 +84,8 @@ class PhaseSwitch(L.Callback):
             raise ValueError(f"kmeans_at must be 'switch' or 'start', got {kmeans_at!r}")
         if center_init not in ("kmeans", "uniform", "constrained"):
             raise ValueError(f"center_init must be 'kmeans', 'uniform' or 'constrained', got {center_init!r}")
+        if warmup_steps < 0:
+            raise ValueError(f"phases.warmup_steps must be >= 0, got {warmup_steps}")
         if any(epoch < 0 for epoch in refit_epochs or ()):
             raise ValueError(f"phases.refit_epochs counts joint epochs from 0, got {refit_epochs}")
         self.pretrain_epochs = pretrain_epochs
@@ -92,16 +99,19 @@ class PhaseSwitch(L.Callback):
         self.phase = "pretrain"
         self.switch_epoch: int | None = None
         self.initialised = False  # kmeans_at="start": the centers were set before the first step
+        self.warmup_steps = warmup_steps
+        self.warmup: tuple[int, list[float]] | None = None  # (global step at the switch, each group's full lr)
 
     def state_dict(self) -> dict[str, Any]:
         return {"phase": self.phase, "switch_epoch": self.switch_epoch, "initialised": self.initialised,
-                "refitted": list(self.refitted)}
+                "refitted": list(self.refitted), "warmup": self.warmup}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.phase = state_dict["phase"]
         self.switch_epoch = state_dict["switch_epoch"]
         self.initialised = state_dict.get("initialised", False)  # absent from checkpoints written before it
         self.refitted = list(state_dict.get("refitted", []))
+        self.warmup = state_dict.get("warmup")
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         for attr in ("centers", "embed", "joint"):
@@ -149,6 +159,9 @@ class PhaseSwitch(L.Callback):
             if self.kmeans_at == "switch":
                 self.init_centers(trainer, pl_module)
             self.restart_optimization(trainer, pl_module)
+            if self.warmup_steps:
+                lrs = [group["lr"] for opt in trainer.optimizers for group in opt.param_groups]
+                self.warmup = (trainer.global_step, lrs)
             self.phase, self.switch_epoch = "joint", trainer.current_epoch
         epoch = trainer.current_epoch
         if (self.phase == "joint" and self.switch_epoch is not None and epoch not in self.refitted
@@ -158,6 +171,18 @@ class PhaseSwitch(L.Callback):
                 opt.state.pop(pl_module.centers, None)
             self.refitted.append(epoch)
         pl_module.joint = self.phase == "joint"
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        if self.warmup is None:
+            return
+        start, lrs = self.warmup
+        factor = min(1.0, (trainer.global_step - start + 1) / self.warmup_steps)
+        groups = [group for opt in trainer.optimizers for group in opt.param_groups]
+        for group, lr in zip(groups, lrs):
+            group["lr"] = lr * factor
+        if factor == 1.0:
+            self.warmup = None
 
     def refits(self, trainer: L.Trainer, pl_module: L.LightningModule) -> list[int]:
         """The joint epochs that start with a refit of the centers: ``refit_epochs``, or its default (above)."""

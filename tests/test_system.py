@@ -643,3 +643,30 @@ def test_ae_with_constrained_center_init_is_scored_by_size_constrained_kmeans_wi
     torch.testing.assert_close(module.centers.detach(), expected.to(module.centers))
     plain = kmeans(z, 10, 2, 3)
     assert not torch.allclose(torch.sort(plain.sum(1)).values, torch.sort(expected.sum(1)).values, atol=1e-3)
+
+
+def test_the_joint_phase_warms_its_learning_rates_up_linearly_and_resumes_the_ramp(data_dir):
+    """``warmup_steps``: pre-training at the full lr, then the joint phase's k-th step at k / warmup_steps of it, then
+    the full lr; the ramp's state survives a checkpoint (state_dict round trip)."""
+    seen: list[tuple[bool, float, float]] = []
+
+    class Record(L.Callback):
+        def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+            seen.append((pl_module.joint, optimizer.param_groups[0]["lr"], optimizer.param_groups[1]["lr"]))
+
+    dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", subset=300, batch_size=100)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=10, loss=OTLoss(solver="solve"))
+    switch = PhaseSwitch(pretrain_epochs=1, kmeans_n_init=1, warmup_steps=4)
+    trainer = L.Trainer(max_epochs=3, limit_val_batches=0, logger=False, enable_checkpointing=False,
+                        callbacks=[switch, Record()], enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(module, datamodule=dm)
+    lr = 1e-3
+    expected = [(False, lr)] * 3 + [(True, lr * k / 4) for k in (1, 2, 3, 4)] + [(True, lr)] * 2
+    assert [(joint, a) for joint, a, _ in seen] == [(j, pytest.approx(v)) for j, v in expected]
+    assert all(a == pytest.approx(b) for _, a, b in seen)  # the centers' group ramps alike
+    assert switch.warmup is None  # done
+    other = PhaseSwitch(warmup_steps=4)
+    other.load_state_dict({**switch.state_dict(), "warmup": (3, [lr, lr])})
+    assert other.warmup == (3, [lr, lr])
+    with pytest.raises(ValueError, match="warmup_steps"):
+        PhaseSwitch(warmup_steps=-1)
