@@ -181,7 +181,8 @@ def main(args: list[str] | None = None) -> OTClusterCLI:
         raise SystemExit(f"{program_name()}: error: {error}") from None
     try:
         return OTClusterCLI(DeepClustering, L.LightningDataModule, subclass_mode_data=True,
-                            save_config_kwargs={"overwrite": True}, args=args)
+                            save_config_kwargs={"overwrite": True}, args=args,
+                            auto_configure_optimizers=False)  # the model's own `optimizer` and `lr_scheduler`
     except SIGTERMException:
         # Lightning's SIGTERMException exits with status 0, like a finished run. 143 (128 + SIGTERM, the
         # shell's convention) lets a job script tell "stopped, last.ckpt saved: requeue" from "done".

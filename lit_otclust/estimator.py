@@ -22,6 +22,7 @@ two (RESULTS.md, "Arrays and features").
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import numbers
 import warnings
@@ -42,7 +43,7 @@ from lit_otclust.losses import ClusteringLoss, OTLoss, SoftKMeans
 from lit_otclust.models import ConvAutoencoder, MLPAutoencoder
 from lit_otclust.phases import PhaseSwitch
 from lit_otclust.sinkhorn import squared_distances
-from lit_otclust.system import DeepClustering, check_proportions
+from lit_otclust.system import DeepClustering, adam, check_proportions
 
 # Kept as they come (uint8 pixels are divided by 255, as the command line's ArrayDataModule does); any other
 # dtype becomes float32, the autoencoder's.
@@ -197,7 +198,8 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
             torch.manual_seed(seed)
             system = DeepClustering(
                 self._build_autoencoder(data.input_shape), num_clusters=self.n_clusters, loss=self._build_loss(),
-                proportions=proportions, clustering_weight=self.clustering_weight, lr=self.lr)
+                proportions=proportions, clustering_weight=self.clustering_weight,
+                optimizer=functools.partial(adam, lr=self.lr))
             phases = PhaseSwitch(pretrain_epochs=self.pretrain_epochs, kmeans_n_init=self.kmeans_n_init, seed=seed)
             trainer = L.Trainer(callbacks=[phases], **self._trainer_settings())
             trainer.fit(system, datamodule=data)

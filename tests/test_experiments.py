@@ -81,7 +81,7 @@ def test_a_study_files_dry_run_lists_the_exact_commands(tmp_path, monkeypatch, c
         "runs": [{"configs": ["configs/a_ot.yaml", "b_skm.yaml"], "seeds": [3]},
                  {"configs": ["configs/a_ot.yaml"], "grid": {"model.loss.init_args.epsilon": [0.1, 1],
                                                               "model.w": [[0.2, 0.8]]},
-                  "set": {"model.lr_decay_epochs": 20}, "folder": "sub"}]}))
+                  "set": {"model.clustering_weight": 0.5}, "folder": "sub"}]}))
     study = experiments.load_study("studies/s.yaml")
     fixed = "--trainer.max_epochs 40 --data.data_dir ../data --model.flag true"
 
@@ -95,7 +95,7 @@ def test_a_study_files_dry_run_lists_the_exact_commands(tmp_path, monkeypatch, c
         for eps in ("0.1", "1"):
             name = f"a_ot__epsilon={eps}__w=[0.2,0.8]__seed={seed}"
             expected.append(fit("configs/a_ot.yaml", f"'res/sub/runs/{name}'", seed,  # quoted: [ is the shell's
-                                f"--model.lr_decay_epochs 20 {fixed} --model.loss.init_args.epsilon {eps} "
+                                f"--model.clustering_weight 0.5 {fixed} --model.loss.init_args.epsilon {eps} "
                                 "--model.w '[0.2,0.8]'"))
     (tmp_path / "res").mkdir()
     (tmp_path / "res" / "b_skm__seed=3.json").write_text("{}")
@@ -221,7 +221,8 @@ def test_a_committed_study_finds_its_records_and_their_commands(name, monkeypatc
             # had none, or as they took effect (translated) where it had.
             run = next(r for r in study.runs if str(r.record) == str(path))
             stated = [{k: v for k, v in settings.items() if k in record["settings"] or PINNED.get(f"--{k}") != v}
-                      for settings in ({**run.fixed, **run.grid}, run.settings)]
+                      for settings in ({**{k: v.replace("{seed}", str(run.seed)) for k, v in run.fixed.items()},
+                                        **run.grid}, run.settings)]
             assert record["settings"] in stated, path
 
 
@@ -324,7 +325,7 @@ def test_sigterm_to_the_runner_reaches_the_fit_and_starts_no_other(tmp_path, mon
 def test_committed_studies_build_todays_flags_or_name_the_commit_of_a_retired_option():
     """The flags of before ``model.loss`` in the committed study files become today's when a study builds its
     commands (``translate``); an option since retired stops the command naming the commit that runs it."""
-    old = {"--model.clustering", *(f"--{key}" for key in legacy.MOVED | legacy.MOVED_OT)}
+    old = {"--model.clustering", *(f"--{key}" for key in legacy.MOVED | legacy.MOVED_OT | legacy.OPTIMIZATION)}
     built = retired = 0
     for path in sorted(STUDIES.glob("*.yaml")):
         for run in studies.load_study(path).runs:
@@ -343,6 +344,30 @@ def test_committed_studies_build_todays_flags_or_name_the_commit_of_a_retired_op
     assert translate(MNIST_OT, {"model.clustering": "soft_kmeans", "model.soft_kmeans_form": "expected"}) == {
         "model.loss.class_path": "lit_otclust.losses.SoftKMeans", "model.loss.init_args.form": "expected"}
     assert translate(MNIST_OT, {"model.clustering": "none", "model.epsilon": "1"}) == {"model.loss": "null"}
+
+
+def test_the_optimizer_flags_of_before_become_the_classes_they_built():
+    """``--model.optimizer sgd --model.lr ... --model.lr_decay_gamma ...`` (a string switch and its numbers) become
+    today's optimizer and schedule classes, with the values the flags left out from the config or the old defaults;
+    on the command line each names its replacement."""
+    dec = {"model.optimizer": "sgd", "model.lr": "0.0012755", "model.momentum": "0.9", "model.lr_decay_gamma": "1.0"}
+    assert translate(MNIST_OT, dec) == {
+        "model.optimizer.class_path": "torch.optim.SGD", "model.optimizer.init_args.lr": "0.0012755",
+        "model.optimizer.init_args.momentum": "0.9", "model.lr_scheduler.class_path": "torch.optim.lr_scheduler.StepLR",
+        "model.lr_scheduler.init_args.step_size": "50", "model.lr_scheduler.init_args.gamma": "1.0"}
+    # Adam at another lr: the default's fused Adam; SGD's old default momentum; a config that names its optimizer.
+    assert translate(MNIST_OT, {"model.lr": "0.0001", "model.clustering_weight": "0.1"}) == {
+        "model.optimizer.class_path": "torch.optim.Adam", "model.optimizer.init_args.lr": "0.0001",
+        "model.optimizer.init_args.fused": "true", "model.clustering_weight": "0.1"}
+    assert translate(MNIST_OT, {"model.optimizer": "sgd"})["model.optimizer.init_args.momentum"] == "0.9"
+    dec_config = str(REPO / "configs" / "mnist_ae_kmeans_dec.yaml")
+    assert translate(dec_config, {"model.lr": "0.1", "model.lr_decay_epochs": "10"}) == {
+        "model.optimizer.init_args.lr": "0.1", "model.lr_scheduler.class_path": "torch.optim.lr_scheduler.StepLR",
+        "model.lr_scheduler.init_args.step_size": "10", "model.lr_scheduler.init_args.gamma": "1.0"}
+    for argv in (["--model.lr", "0.1"], ["--model.optimizer", "sgd"], ["--model.lr_decay_gamma=1.0"]):
+        with pytest.raises(ValueError, match="became --model.(optimizer|lr_scheduler)"):
+            legacy.check_argv(argv)
+    legacy.check_argv(["--model.optimizer", "torch.optim.SGD", "--model.optimizer.init_args.lr", "0.1"])
 
 
 def test_the_slurm_array_runs_what_is_left_and_requeues_a_stopped_task(tmp_path, monkeypatch):

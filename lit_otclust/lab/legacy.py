@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from lit_otclust.legacy import LOSSES, MOVED, MOVED_OT, RETIRED, retired_message
+from lit_otclust.legacy import LOSSES, MOVED, MOVED_OT, OPTIMIZATION, RETIRED, retired_message
 
 
 class RetiredOption(ValueError):
@@ -39,7 +39,47 @@ def translate(config: str, settings: dict[str, str]) -> dict[str, str]:
         new = {"model.loss": "null"} if loss is None else {"model.loss.class_path": loss}
     if loss is not None:
         new |= {f"model.loss.init_args.{name}": settings[key] for key, name in moved.items()}
-    return {**new, **out}
+    new |= _optimization(config, settings)
+    return {**new, **{key: value for key, value in out.items() if key not in OPTIMIZATION}}
+
+
+def _optimization(config: str, settings: dict[str, str]) -> dict[str, str]:
+    """The optimizer and schedule of before ``model.optimizer`` took a class (``--model.optimizer sgd --model.lr 0.1
+    --model.momentum 0.9 --model.lr_decay_epochs 50 --model.lr_decay_gamma 0.5``) as today's overrides: the class
+    and every argument the old flags set, the values the flags left out from the config or the old defaults."""
+    model = (yaml.safe_load(Path(config).read_text()) or {}).get("model") or {}
+    new = {}
+    if {"model.optimizer", "model.lr", "model.momentum"} & set(settings):
+        current = model.get("optimizer") if isinstance(model.get("optimizer"), dict) else {}
+        kind = settings.get("model.optimizer")
+        if kind is None and current:  # the config's class, which the old flags only tuned
+            args = {"lr": settings.get("model.lr"), "momentum": settings.get("model.momentum")}
+            return {**{f"model.optimizer.init_args.{k}": v for k, v in args.items() if v is not None},
+                    **_schedule(model, settings)}
+        args = current.get("init_args") or {}
+        lr = settings.get("model.lr", _text(args.get("lr", 1e-3)))
+        if (kind or "adam") == "sgd":
+            new = {"model.optimizer.class_path": "torch.optim.SGD", "model.optimizer.init_args.lr": lr,
+                   "model.optimizer.init_args.momentum": settings.get("model.momentum", "0.9")}
+        else:  # lit_otclust.system.adam at another lr: the same fused Adam
+            new = {"model.optimizer.class_path": "torch.optim.Adam", "model.optimizer.init_args.lr": lr,
+                   "model.optimizer.init_args.fused": "true"}
+    return new | _schedule(model, settings)
+
+
+def _schedule(model: dict, settings: dict[str, str]) -> dict[str, str]:
+    if not {"model.lr_decay_epochs", "model.lr_decay_gamma"} & set(settings):
+        return {}
+    current = model.get("lr_scheduler") if isinstance(model.get("lr_scheduler"), dict) else {}
+    args = current.get("init_args") or {}
+    return {"model.lr_scheduler.class_path": "torch.optim.lr_scheduler.StepLR",
+            "model.lr_scheduler.init_args.step_size": settings.get("model.lr_decay_epochs",
+                                                                   _text(args.get("step_size", 50))),
+            "model.lr_scheduler.init_args.gamma": settings.get("model.lr_decay_gamma", _text(args.get("gamma", 0.5)))}
+
+
+def _text(value) -> str:
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
 
 
 def _config_loss(config: str) -> str | None:

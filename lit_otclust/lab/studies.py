@@ -11,7 +11,7 @@ A study file (``configs/studies/NAME.yaml``)::
       - configs: [configs/mnist_ot.yaml, configs/mnist_soft_kmeans.yaml]
       - configs: [configs/mnist_ot.yaml]
         grid: {model.loss.init_args.reg_m: [0.2]}   # one run per value (several keys: their product)
-        set: {model.lr_decay_gamma: 1.0}
+        set: {model.lr_scheduler.init_args.gamma: 1.0}
         folder: no_decay                 # records in out/no_decay, for runs whose `set` differs from their neighbours'
     report: {grid_key: model.epsilon}    # what `experiments report` writes besides the table and Figure 1
 
