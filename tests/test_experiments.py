@@ -976,3 +976,27 @@ def test_a_dry_run_piped_into_head_stops_without_a_traceback():
                           shell=True, cwd=REPO, capture_output=True, text=True, executable="/bin/bash")
     assert proc.stdout.startswith("python -m lit_otclust fit --config") and proc.stdout.count("\n") == 1
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+
+
+def test_an_archived_study_names_the_commit_that_runs_it(tmp_path, monkeypatch, capsys):
+    """A study with ``runs_at``: ``run --dry-run`` says where it runs and exits 0, ``run`` says so and starts nothing;
+    every committed study either builds today's commands or is archived, and every archived one still reports."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.yaml").write_text("seed_everything: 0\n")
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({"out": "res", "configs": ["a.yaml"], "runs_at": "093e9ce14e"}))
+    assert experiments.main(["run", "s.yaml", "--dry-run"]) == 0
+    assert "s.yaml is archived" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as stop:
+        experiments.main(["run", "s.yaml", "--jobs", "2"])
+    assert stop.value.code == 2 and "commit 093e9ce runs it" in capsys.readouterr().err
+    assert not (tmp_path / "res").exists()
+    monkeypatch.chdir(REPO)
+    archived = []
+    for path in sorted(STUDIES.glob("*.yaml")):
+        study = studies.load_study(path)
+        if study.archived:
+            archived.append(path.stem)
+            assert study.runs_at.startswith(legacy.LAST_FLAT_COMMIT[:7]) and list(experiments.load(study.out))
+        else:
+            [run.command() for run in study.runs]  # raises on an option retired since
+    assert archived == ["study_anneal", "study_recipe", "study_scale"]

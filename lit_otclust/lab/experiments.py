@@ -108,6 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     study = load_study(args.study)
     if args.command == "sync":
         return sync_wandb(study, args.dry_run)
+    if study.archived:  # its records stay reportable; only the commit it names runs it
+        if not args.dry_run:
+            parser.error(study.archived)
+        print(f"# {study.archived}")
+        return 0
     if args.only:
         try:
             study = study.only(args.only)

@@ -14,6 +14,7 @@ A study file (``configs/studies/NAME.yaml``)::
         set: {model.lr_scheduler.init_args.gamma: 1.0}
         folder: no_decay                 # records in out/no_decay, for runs whose `set` differs from their neighbours'
     report: {grid_key: model.epsilon}    # what `experiments report` writes besides the table and Figure 1
+    runs_at: 093e9ce                     # archived: only this commit runs it; `run` says so and starts nothing
 
 A study without ``runs`` is one block. Config paths are read from the working directory, else from the study file's
 folder. A run's record is ``<out>[/<folder>]/<config>__<key=value...>__seed=<s>.json``, the grid's settings named
@@ -49,7 +50,7 @@ CURVE_KEYS = ("val/acc", "val/acc_potential", "val/nmi", "val/ari", "heldout/acc
               "val/size_min", "val/size_max", "val/size_error", "val/size_error_potential", "val/nmi_potential",
               "train/scale", "train/sinkhorn_error")
 _BLOCK_KEYS = {"configs", "seeds", "epochs", "set", "grid", "folder"}
-_STUDY_KEYS = _BLOCK_KEYS | {"out", "runs", "report"}
+_STUDY_KEYS = _BLOCK_KEYS | {"out", "runs", "report", "runs_at"}
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,17 @@ class Study:
     out: Path
     runs: list[Run]
     report: dict[str, Any] = field(default_factory=dict)
+    runs_at: str | None = None  # an archived study: the commit whose code runs it (its options were retired since)
+
+    @property
+    def archived(self) -> str | None:
+        """Why ``run`` starts nothing, for an archived study (``runs_at``): the commit and the commands that run it."""
+        if self.runs_at is None:
+            return None
+        commit = self.runs_at[:7]
+        return (f"{self.path or self.out} is archived: its runs name options retired since, and commit {commit} runs "
+                f"it (git worktree add ../lit_otclust-{commit} {commit}, then `python -m lit_otclust.experiments run "
+                f"{self.path}` there); its records and report stay in {self.out}")
 
     @property
     def folders(self) -> list[Path]:
@@ -142,7 +154,7 @@ class Study:
             raise ValueError(f"--only {missing[0]!r} matches no run of {self.path or self.out} "
                              f"(names as `run --dry-run` prints them, e.g. {self.label(self.runs[0])!r})")
         runs = {self.label(run): run for runs in picked.values() for run in runs}  # a run two patterns match: once
-        return Study(self.path, self.out, list(runs.values()), self.report)
+        return Study(self.path, self.out, list(runs.values()), self.report, self.runs_at)
 
     def find(self, label: str) -> Run:
         for run in self.runs:
@@ -214,7 +226,7 @@ def parse_study(spec: dict[str, Any], path: Path | None = None) -> Study:
                     run = Run(config, seed, point, fixed, folder)
                     if runs.setdefault(run.record, run).fixed != fixed:
                         raise ValueError(f"study {path or ''}: {run.record} is named twice with different overrides")
-    return Study(path, out, list(runs.values()), spec.get("report", {}))
+    return Study(path, out, list(runs.values()), spec.get("report", {}), spec.get("runs_at"))
 
 
 def load_study(path: str | Path) -> Study:
