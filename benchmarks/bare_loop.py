@@ -111,7 +111,7 @@ def main() -> None:
     model = (MLPAutoencoder() if args.dataset == "mnist" else ConvAutoencoder()).to(device)
     w = torch.full((k,), 1.0 / k, device=device)
 
-    # The data modules' default eval_batch_size (the fastest measured, benchmarks/bench_eval_batch.py), stated here
+    # The data modules' default eval_batch_size (the fastest measured, benchmarks/bench_data.py --eval-sizes), stated here
     # because lit_otclust.data imports Lightning.
     chunk = 2_000 if args.dataset == "mnist" else 500
 

@@ -49,8 +49,8 @@ def cores_oversubscribed(load: float, cores: int, threads: int) -> bool:
 def warn_if_cores_are_busy() -> None:
     """Warn when other work seems to hold the cores torch's threads will run on, unless the thread settings are
     the user's. torch's OpenMP threads spin-wait for each other at every parallel region; when another process
-    holds a core, each wait lasts a scheduler time slice: with two 1-thread runs on these 2 cores, a short fit took
-    51.9 s at torch's default 2 threads against 13.2 s at 1."""
+    holds a core, each wait lasts a scheduler time slice, and a step takes several times as long as at one thread
+    per free core."""
     if not hasattr(os, "getloadavg") or {"OMP_NUM_THREADS", "OMP_WAIT_POLICY"} & set(os.environ):
         return
     if os.environ.get("LOCAL_RANK", "0") != "0" or os.environ.get("SLURM_PROCID", "0") != "0":  # DDP's other ranks

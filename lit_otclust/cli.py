@@ -58,9 +58,8 @@ class OTClusterCLI(LightningCLI):
         argv = kwargs.get("args")
         argv = sys.argv[1:] if argv is None else argv
         # The subcommand named first (`fit --config ...`), whose parser is then the only one built: Lightning builds a
-        # whole parser (Trainer, model, data, callbacks) for each of fit, validate, test and predict: parsing and
-        # instantiating a config took 0.194 s with the four, 0.106 s with one (measured on 2 cores). Anything
-        # else (`--help`, no subcommand, a typo) gets all four, so the help lists them and a wrong name is reported
+        # whole parser (Trainer, model, data, callbacks) for each of fit, validate, test and predict, each as long to
+        # build as the config is to parse and instantiate. Anything else (`--help`, no subcommand, a typo) gets all four, so the help lists them and a wrong name is reported
         # as before.
         named = isinstance(argv, (list, tuple)) and argv and argv[0] in LightningCLI.subcommands()
         self._only = argv[0] if named else None
@@ -126,10 +125,10 @@ class OTClusterCLI(LightningCLI):
                                              auto_insert_metric_name=False, save_last=True))
         bar_wanted = trainer_cfg.get("enable_progress_bar", True) is not False
         if bar_wanted and not any(isinstance(cb, ProgressBar) for cb in callbacks):
-            # Lightning's default bar redraws every step: ~1.3 ms of a ~22 ms MNIST step (measured in-process,
-            # benchmarks/README.md). Every 10th step is still several redraws a second. Where stdout is not a
-            # terminal (a batch job's log file), each redraw is one more carriage-return segment in the log: there
-            # the bar is drawn at the end of each epoch only. A bar in trainer.callbacks replaces this one.
+            # Lightning's default bar redraws every step, a host-side cost on every step of a small model; every 10th
+            # step is still several redraws a second. Where stdout is not a terminal (a batch job's log file), each
+            # redraw is one more carriage-return segment in the log: there the bar is drawn at the end of each epoch
+            # only. A bar in trainer.callbacks replaces this one.
             callbacks.append(TQDMProgressBar(refresh_rate=10 if sys.stdout.isatty() else EPOCH_END_ONLY))
         if not any(isinstance(cb, SignalCheckpoint) for cb in callbacks):
             callbacks.append(SignalCheckpoint())

@@ -18,7 +18,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from lit_otclust.sinkhorn import SOLVERS, SinkhornResult, _full_precision, _Group, sinkhorn, squared_distances
+from lit_otclust.sinkhorn import (SOLVERS, SinkhornResult, _full_precision, _Group, check_epsilon, check_reg_m, sinkhorn,
+                                  squared_distances)
 
 __all__ = ["ClusteringLoss", "OTLoss", "SoftKMeans", "ot_clustering_loss", "soft_kmeans_loss"]
 
@@ -113,7 +114,7 @@ def soft_kmeans_loss(z: Tensor, centers: Tensor, *, epsilon: float, form: str = 
     the softmax. That adds :math:`-\frac{1}{\epsilon} s_{ik}(C_{ik} - \bar C_i)` to the gradient, which sharpens
     the assignments. Not the soft-min: the two differ by the assignment's entropy, which DKM does not subtract.
     """
-    _check_epsilon(epsilon)
+    check_epsilon(epsilon)
     if form not in ("softmin", "expected"):
         raise ValueError(f"`form` must be 'softmin' or 'expected', got {form!r}")
     cost = squared_distances(z, centers)  # (n, K)
@@ -121,11 +122,6 @@ def soft_kmeans_loss(z: Tensor, centers: Tensor, *, epsilon: float, form: str = 
         return (torch.softmax(-cost / epsilon, 1) * cost).sum(1).mean()
     n = cost.shape[0]
     return -epsilon * torch.logsumexp(-cost / epsilon, 1).mean() - epsilon * (1.0 + math.log(n))
-
-
-def _check_epsilon(epsilon: float) -> None:
-    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"`epsilon` must be a finite number > 0, got {epsilon!r}")
 
 
 def _nearest(z: Tensor, centers: Tensor) -> tuple[Tensor, Tensor]:
@@ -208,15 +204,14 @@ class OTLoss(ClusteringLoss):
                  iters: int = 10, max_iter: int = 1000, tol: float = 1e-5,
                  gradient: Literal["envelope", "unrolled"] = "envelope", reg_m: float | None = None) -> None:
         super().__init__()
-        _check_epsilon(epsilon)
+        check_epsilon(epsilon)
         if solver not in SOLVERS:
             raise ValueError(f"solver must be one of {sorted(SOLVERS)}, got {solver!r}")
         if iters < 1 or max_iter < 1 or not tol > 0:
             raise ValueError(f"need iters >= 1, max_iter >= 1 and tol > 0, got {iters}, {max_iter}, {tol}")
         if gradient not in ("envelope", "unrolled"):
             raise ValueError(f"gradient must be 'envelope' or 'unrolled', got {gradient!r}")
-        if reg_m is not None and not reg_m > 0:
-            raise ValueError(f"reg_m must be > 0 (or None: balanced OT), got {reg_m!r}")
+        check_reg_m(reg_m)
         if solver == "algorithm1" and reg_m is not None:
             raise ValueError("solver='algorithm1' is the paper's balanced Sinkhorn: it takes no reg_m")
         self.epsilon, self.solver, self.iters, self.max_iter, self.tol = epsilon, solver, iters, max_iter, tol
@@ -325,7 +320,7 @@ class SoftKMeans(ClusteringLoss):
 
     def __init__(self, epsilon: float = 0.01, form: Literal["softmin", "expected"] = "softmin") -> None:
         super().__init__()
-        _check_epsilon(epsilon)
+        check_epsilon(epsilon)
         if form not in ("softmin", "expected"):
             raise ValueError(f"form must be 'softmin' or 'expected', got {form!r}")
         self.epsilon, self.form = epsilon, form

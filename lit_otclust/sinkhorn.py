@@ -365,6 +365,18 @@ def _solve(cost, a, b, f, g, epsilons, max_iter, tol, check_every, reg_m, group,
     return plan, f, g, n_iter + steps, err
 
 
+def check_epsilon(epsilon: float) -> None:
+    """The entropic regularisation's one check (the solvers' and the losses'): a finite number > 0."""
+    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"`epsilon` must be a finite number > 0, got {epsilon!r}")
+
+
+def check_reg_m(reg_m: float | None) -> None:
+    """The marginal relaxation's one check: > 0, or None for balanced OT."""
+    if reg_m is not None and not reg_m > 0:
+        raise ValueError(f"`reg_m` must be > 0 (or None for balanced OT), got {reg_m!r}")
+
+
 @_full_precision
 def sinkhorn(
     cost: Tensor,
@@ -443,10 +455,8 @@ def sinkhorn(
     """
     if cost.dim() != 2 or not cost.is_floating_point():
         raise ValueError(f"`cost` must be a 2-D floating tensor, got shape {tuple(cost.shape)} and {cost.dtype}")
-    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"`epsilon` must be a finite number > 0, got {epsilon!r}")
-    if reg_m is not None and not reg_m > 0:
-        raise ValueError(f"`reg_m` must be > 0 (or None for balanced OT), got {reg_m!r}")
+    check_epsilon(epsilon)
+    check_reg_m(reg_m)
     if max_iter < 1 or check_every < 1 or not tol > 0:
         raise ValueError(f"need max_iter >= 1, check_every >= 1, tol > 0; got {max_iter}, {check_every}, {tol}")
     group = _Group(distributed)
@@ -522,8 +532,7 @@ def sinkhorn_algorithm1(cost: Tensor, b: Tensor | None = None, *, epsilon: float
         raise ValueError(f"`cost` must be a 2-D floating tensor, got shape {tuple(cost.shape)} and {cost.dtype}")
     if not torch.isfinite(cost).all():
         raise NonFiniteCostError("`cost` contains NaN or Inf")
-    if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"`epsilon` must be a finite number > 0, got {epsilon!r}")
+    check_epsilon(epsilon)
     b, b_zero = _check_weights(b, cost.shape[1], "b", _Group(False), cost)
     if b_zero:
         raise ValueError("`b` must be positive for Algorithm 1 (a zero proportion makes log(b) -inf)")

@@ -43,9 +43,9 @@ def check_proportions(proportions: Sequence[float], num_clusters: int, clusters_
 
 
 def adam(params: Iterable, lr: float = 1e-3) -> torch.optim.Adam:
-    """The paper's optimizer: Adam at ``lr`` (1e-3). Fused where the parameters live on a CPU or a CUDA device: the
-    fused kernel updates every tensor in one pass (3x faster than the per-tensor loop on a CPU, benchmarks/README.md),
-    the same update up to rounding."""
+    """The paper's optimizer: Adam at ``lr`` (1e-3). Fused where the parameters live on a CPU or a CUDA device: one
+    kernel updates every tensor in one pass instead of a loop of small kernels per tensor, the same update up to
+    rounding."""
     params = list(params)
     first = next(iter(params[0]["params"] if isinstance(params[0], dict) else params))
     return torch.optim.Adam(params, lr=lr, fused=first.device.type in ("cpu", "cuda"))
@@ -232,8 +232,8 @@ class DeepClustering(L.LightningModule):
     def _finish_step(self, loss: Tensor, recon: Tensor, clust: Tensor, stats: dict) -> Tensor:
         if not torch.isfinite(loss):  # one host sync a step; the Sinkhorn loop already syncs more often
             self._non_finite({"reconstruction loss": recon, "clustering loss": clust})
-        # Summed here and logged once an epoch: each self.log call costs Lightning ~1 ms (it moves its
-        # result state with apply_to_collection), ~9 ms a step for these ten keys, 40% of an MNIST step.
+        # Summed here and logged once an epoch: each self.log call moves Lightning's result state
+        # (apply_to_collection), a cost per key and step comparable to a small model's whole step.
         # The batches have equal sizes (drop_last), so the epoch mean is the mean over steps.
         for name, value in {"loss": loss, "recon": recon, "cluster": clust, **stats}.items():
             value = value.detach() if isinstance(value, Tensor) else value
@@ -358,8 +358,7 @@ class DeepClustering(L.LightningModule):
             self._log_metrics(name, name)
             self._log_sizes(name, sizes)
         # What this rank embedded, kept for the pictures drawn right after (ClusterFigures), which otherwise embed
-        # every sample again: as much as the evaluation itself (12.5 s an epoch on CIFAR-10 on 2 cores),
-        # every `figures.every_n_epochs` and at the end.
+        # every sample again, a second evaluation pass every `figures.every_n_epochs` and at the end.
         self.eval_embeddings = {EVAL_SETS[idx]: (self.global_step, torch.cat([i for i, _ in parts]),
                                                  torch.cat([z for _, z in parts]))
                                 for idx, parts in self._eval_z.items()}

@@ -60,7 +60,7 @@ def test_gpu_check_runs_every_stage_on_the_cpu(data_dir):
      "--data.init_args.subset", "600"],
     ["benchmarks.bench_sinkhorn", "--rounds", "1", "--sizes", "300", "10", "--eps", "0.1"],
     ["benchmarks.bench_data", "--datasets", "mnist", "--rounds", "1"],
-    ["benchmarks.bench_eval_batch", "--sizes", "5000", "--rounds", "1"],
+    ["benchmarks.bench_data", "--datasets", "mnist", "--rounds", "1", "--eval-sizes", "5000"],
     ["benchmarks.bench_compile", "--variants", "eager", "loss", "--steps", "1", "--rounds", "1"],
     ["benchmarks.bench_estimator", "--n", "300", "--rounds", "1"],
 ], ids=lambda args: args[0])
@@ -70,7 +70,7 @@ def test_each_benchmark_runs_on_tiny_settings(args, data_dir):
     out = _run([sys.executable, "-m", *args, *extra])
     expected = {"benchmarks.bench_fit": "| bare-fixed |" if "--bare" in args else " solve |",
                 "benchmarks.bench_sinkhorn": "(300, 10)",
-                "benchmarks.bench_data": "train epoch", "benchmarks.bench_eval_batch": "eval_batch_size   5000",
+                "benchmarks.bench_data": "eval_batch_size   5000" if "--eval-sizes" in args else "train epoch",
                 "benchmarks.bench_compile": "cpu / eager", "benchmarks.bench_estimator": "| estimator |"}[args[0]]
     assert expected in out
     if "--config" in args:  # the config timed, not configs/mnist_ot.yaml

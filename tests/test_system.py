@@ -579,7 +579,7 @@ def test_refit_epochs_fit_the_centers_again_by_size_constrained_kmeans_once(data
 
 def test_the_scores_do_not_depend_on_the_evaluation_batch_size(data_dir):
     """The evaluation batch is a speed setting only (its default is the data set's fastest measured,
-    python -m benchmarks.bench_eval_batch): the default, an odd size and one batch of everything give the
+    python -m benchmarks.bench_data --eval-sizes): the default, an odd size and one batch of everything give the
     same scores, held-out included."""
     torch.manual_seed(0)
     module = DeepClustering(MLPAutoencoder(), num_clusters=10, loss=OTLoss(solver="solve"))

@@ -75,10 +75,9 @@ class InMemoryDataModule(L.LightningDataModule):
     num_classes: int
     input_shape: tuple[int, ...]
     _no_heldout_hint = ""  # how to give this module a held-out set, for the error of test_dataloader
-    # Evaluation batches, unless eval_batch_size says otherwise. An evaluation pass is memory-bound: a CIFAR-10
-    # evaluation (60k images, the conv encoder, 2 threads) took 9.5 s in batches of 10,000, 6.5 s of 2,000, 3.4 s
-    # of 500 and 3.5 s of 250; MNIST's (70k, the MLP) 0.70 s of 10,000, 0.58 s of 2,000, 0.66 s of 500 (1 thread:
-    # 1.10, 0.87, 0.97 s) (python -m benchmarks.bench_eval_batch; benchmarks/README.md).
+    # Evaluation batches, unless eval_batch_size says otherwise. An evaluation pass is memory-bound: a batch's
+    # activations (batch x the widest layer) should stay in cache, which a conv encoder's outgrow at far fewer images
+    # than the MLP's (python -m benchmarks.bench_data --eval-sizes; benchmarks/README.md, "Data pipeline and evaluation").
     # 500 for images of unknown shape; MNISTDataModule takes 2,000.
     default_eval_batch_size = DEFAULT_EVAL_BATCH_SIZE
 
