@@ -8,7 +8,7 @@ import pytest
 from sklearn.cluster import KMeans
 from sklearn.metrics import normalized_mutual_info_score
 
-from lit_otclust.baselines import kmeans_raw
+from lit_otclust.lab.baselines import kmeans_raw
 from lit_otclust.data import MNISTDataModule
 
 

@@ -24,7 +24,7 @@ METHODS = ["kmeans", "ae_kmeans", "soft_kmeans", "soft_kmeans_dkm", "soft_kmeans
 # The paper's Welch t-tests: (a, b) pairs it reports p-values for; then OT against DKM's form of soft k-means.
 COMPARISONS = [("ot", "soft_kmeans"), ("ot_p", "soft_kmeans_p"), ("ot_p", "ot"), ("soft_kmeans_p", "soft_kmeans"),
                ("ot", "soft_kmeans_dkm"), ("ot_p", "soft_kmeans_dkm_p")]
-BASELINES = "results/kmeans_raw"  # `python -m lit_otclust.baselines` records: k-means on raw pixels
+BASELINES = "results/kmeans_raw"  # `python -m lit_otclust.lab.baselines` records: k-means on raw pixels
 # Table 1's row groups: per data set, a label -> each column's grid tags as its records' names carry them (a column
 # not named: its runs without tags). The first group is what the shipped configs run (configs/<data>_<column>.yaml;
 # tests/test_experiments.py checks the two agree); MNIST's second, the configs before they shipped lambda = 0.1.
@@ -69,7 +69,7 @@ def _paper(dataset: str, method: str) -> tuple:
 
 
 def _pixel_kmeans(baselines: str | None) -> list[dict]:
-    """The ``python -m lit_otclust.baselines`` outputs in folder ``baselines`` (k-means on pixels), if any."""
+    """The ``python -m lit_otclust.lab.baselines`` outputs in folder ``baselines`` (k-means on pixels), if any."""
     if not baselines or not Path(baselines).is_dir():
         return []
     return [json.loads(p.read_text()) for p in sorted(Path(baselines).glob("*.json"))]
@@ -94,7 +94,7 @@ def table(out: str | Path, key: str = "val/acc", baselines: str | None = BASELIN
     Args:
         out: a folder of run records.
         key: the metric to tabulate (``val/acc``: accuracy on the fitted samples, the paper's).
-        baselines: a folder of ``python -m lit_otclust.baselines`` JSON outputs (k-means on pixels), or None.
+        baselines: a folder of ``python -m lit_otclust.lab.baselines`` JSON outputs (k-means on pixels), or None.
     """
     records = load(out)
     groups = _group(records, key)

@@ -1,6 +1,6 @@
 """k-means on raw pixels: Table 1's first column.
 
-    python -m lit_otclust.baselines --config configs/mnist_kmeans.yaml --data_dir ../shared/data
+    python -m lit_otclust.lab.baselines --config configs/mnist_kmeans.yaml --data_dir ../shared/data
 
 prints the Hungarian accuracy, NMI and ARI as one JSON line (and writes it to ``output`` if set).
 """
