@@ -1,27 +1,13 @@
-"""``python -m lit_otclust {fit,validate,test,predict} --config configs/....yaml``.
+"""``python -m lit_otclust {fit,validate,test,predict} --config configs/....yaml``: a LightningCLI that
 
-A LightningCLI that
-- links the data module's ``num_classes`` and ``input_shape`` to the model (K and the
-  autoencoder's input), so no config states them twice;
-- always adds the :class:`PhaseSwitch` callback, configured under ``phases:``, and the
-  :class:`ClusterFigures` callback (pictures of the clusters), configured under ``figures:``
-  (unless ``trainer.callbacks`` already has one);
-- when the config gives no logger, logs to CSV and to W&B under ``trainer.default_root_dir``
-  (:func:`lit_otclust.wandb_run.default_loggers`).
-  W&B runs offline when no credentials are found: it never prompts or waits for the network,
-  and ``wandb sync <default_root_dir>/wandb/offline-run-*`` uploads the run later. Checkpoints
-  go to W&B as artifacts only with ``--wandb.log_model true`` (or ``all``);
-- sets up every W&B run (:class:`lit_otclust.wandb_run.RunConfig`): the resolved config as the run's config, tags
-  naming the method and the data set, ``epoch`` as the x-axis of the per-epoch metrics, and
-  the best and the last ``val/acc`` in the run summary;
-- saves checkpoints (``last.ckpt`` included) in ``<default_root_dir>/checkpoints``, written
-  atomically, and ``last.ckpt`` again when SIGTERM or Ctrl-C stops the run
-  (:mod:`lit_otclust.checkpointing`), so ``--ckpt_path last`` resumes a run, mid-epoch included;
-- with ``--pretrain_cache DIR``, shares pre-trainings between fits that would repeat one
-  (:mod:`lit_otclust.pretrain_cache`);
-- prints a summary when ``fit`` or ``predict`` ends (:class:`RunSummary`): the last and best
-  ``val/acc`` with their NMI, ARI and epoch, where the outputs are, and the command that resumes
-  the run; the predictions file, its rows and their matched accuracy.
+- links the data module's ``num_classes`` and ``input_shape`` to the model, so no config states them twice;
+- always adds :class:`PhaseSwitch` (under ``phases:``) and :class:`ClusterFigures` (under ``figures:``);
+- without a logger in the config, logs to CSV and W&B (offline without credentials) under
+  ``trainer.default_root_dir`` (:mod:`lit_otclust.wandb_run`);
+- saves every epoch's checkpoint and ``last.ckpt`` atomically, and ``last.ckpt`` again when SIGTERM or Ctrl-C stops
+  the run, so ``--ckpt_path last`` resumes it, mid-epoch included (:mod:`lit_otclust.checkpointing`);
+- with ``--pretrain_cache DIR``, shares pre-trainings between fits (:mod:`lit_otclust.pretrain_cache`);
+- prints a summary when ``fit`` or ``predict`` ends (:class:`RunSummary`).
 """
 
 from __future__ import annotations

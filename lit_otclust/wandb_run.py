@@ -284,14 +284,9 @@ def run_tags(config: dict, loss: ClusteringLoss | None) -> list[str]:
 
 
 class RunConfig(SaveConfigCallback):
-    """Saves ``config.yaml`` (as Lightning does) and sets up each W&B run the way its users expect.
-
-    The resolved config (model, data, trainer, phases, figures, ...) becomes the run's config and
-    names its tags (:func:`run_tags`); every metric (all are logged per epoch) is plotted against
-    ``epoch`` instead of WandbLogger's ``trainer/global_step``, which is still logged alongside; the
-    summary keeps both the best and the last ``val/acc``. Runs on global rank 0 only (Lightning
-    calls ``save_config`` there), as the loggers do.
-    """
+    """Saves ``config.yaml`` (as Lightning does) and sets up each W&B run: the resolved config as the run's config,
+    its tags (:func:`run_tags`), every metric plotted against ``epoch`` (``trainer/global_step`` still logged), and
+    the best and the last ``val/acc`` in the summary. Global rank 0 only, as the loggers."""
 
     def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         loggers = [logger for logger in trainer.loggers if isinstance(logger, WandbLogger)]
