@@ -25,13 +25,13 @@ from scipy.optimize import linear_sum_assignment
 
 from lit_otclust.__main__ import cores_oversubscribed
 from lit_otclust.cli import EPOCH_END_ONLY, OTClusterCLI, main
-from lit_otclust.wandb_run import default_loggers
 from lit_otclust.data import MNISTDataModule
 from lit_otclust.losses import OTLoss, SoftKMeans
 from lit_otclust.models import MLPAutoencoder
 from lit_otclust.phases import PhaseSwitch
 from lit_otclust.startup import wandb_credentials_found
 from lit_otclust.system import DeepClustering
+from lit_otclust.wandb_run import default_loggers
 from _runs import REPO, SMOKE, epoch_metrics
 
 def fit(data_dir, root, *extra):
@@ -476,6 +476,28 @@ def test_a_removed_or_renamed_flag_says_where_it_went():
         main(["fit", "--config", SMOKE, "--model.epsilon=0.1"])
     with pytest.raises(SystemExit, match=r"--model.loss.class_path lit_otclust.losses.OTLoss"):
         main(["fit", "--config", SMOKE, "--model.clustering", "soft_kmeans"])
+    with pytest.raises(SystemExit, match=r"--model.lr became --model.optimizer.init_args.lr"):
+        main(["fit", "--config", SMOKE, "--model.lr", "0.01"])
+    with pytest.raises(SystemExit, match=r"--model.optimizer became --model.optimizer torch.optim.SGD"):
+        main(["fit", "--config", SMOKE, "--model.optimizer", "sgd"])
+
+
+def test_the_optimizer_is_any_torch_optimizer_by_class_path():
+    """``--model.optimizer CLASS`` with its own arguments and ``--model.lr_scheduler CLASS``: the optimizer and the
+    schedule configure_optimizers returns, over the autoencoder's and the centers' parameters."""
+    cli = OTClusterCLI(DeepClustering, L.LightningDataModule, subclass_mode_data=True, run=False,
+                       auto_configure_optimizers=False,
+                       args=["--config", SMOKE, "--model.optimizer", "torch.optim.SGD", "--model.optimizer.lr", "0.5",
+                             "--model.optimizer.momentum", "0.8", "--model.lr_scheduler",
+                             "torch.optim.lr_scheduler.ExponentialLR", "--model.lr_scheduler.gamma", "0.9"])
+    config = cli.model.configure_optimizers()
+    opt, sched = config["optimizer"], config["lr_scheduler"]["scheduler"]
+    assert type(opt) is torch.optim.SGD and [g["lr"] for g in opt.param_groups] == [0.5, 0.5]
+    assert opt.param_groups[0]["momentum"] == 0.8 and opt.param_groups[1]["params"] == [cli.model.centers]
+    assert type(sched) is torch.optim.lr_scheduler.ExponentialLR and sched.gamma == 0.9
+    default = DeepClustering(MLPAutoencoder()).configure_optimizers()  # the paper's: fused Adam, halved every 50
+    assert default["optimizer"].defaults["fused"] and default["optimizer"].defaults["lr"] == 1e-3
+    assert (default["lr_scheduler"]["scheduler"].step_size, default["lr_scheduler"]["scheduler"].gamma) == (50, 0.5)
 
 
 def test_a_checkpoint_of_before_the_loss_module_names_the_commit_that_reads_it():
