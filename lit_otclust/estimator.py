@@ -9,19 +9,22 @@
 over an autoencoder (encoder f_theta, decoder g_phi, reconstruction loss l_r) and K centers mu (K, p), on
 batches of m samples, where ``OT_eps`` is the entropic optimal transport cost with squared Euclidean
 ground cost and w the prescribed cluster proportions (Genevay, Dulac-Arnold, Vert, 2020). Its data module
-(:meth:`~lit_otclust.data.ArrayDataModule.from_arrays`), phases (:class:`~lit_otclust.callbacks.PhaseSwitch`:
+(:meth:`~lit_otclust.data.ArrayDataModule.from_arrays`), phases (:class:`~lit_otclust.phases.PhaseSwitch`:
 pre-training, then the k-means initialisation of mu) and seeds are the command line's; only the loggers,
 checkpoints, pictures and progress bar are left out. A sample's cluster is ``argmin_k ||f(x) - mu_k||^2``.
 
 On features ((n, d) arrays) the default is no autoencoder: size-constrained k-means in the input space
 (:func:`~lit_otclust.clustering.constrained_kmeans`, the same entropic OT assignment with the centers as the only
 parameters), whose assignment ``argmin_k ||x - mu_k||^2 - g_k`` meets w: on features it is the better default of the
-two (RESULTS.md, "Arrays and features").
+two (RESULTS.md, "Arrays and features: the estimator"). It runs in float32 with torch, on a GPU when ``accelerator``
+allows one, takes ``sample_weight``, and learns from batches with ``partial_fit``; its speed against scikit-learn's
+k-means is measured in benchmarks/README.md ("The estimator on features").
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import logging
 import numbers
@@ -34,15 +37,15 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, ClusterMixin, TransformerMixin
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils._available_if import available_if
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 from torch import Tensor, nn
 
-from lit_otclust.clustering import constrained_kmeans, embed_samples, kmeans
+from lit_otclust.clustering import _scale, assign, constrained_kmeans, embed_samples, impose, kmeans, minibatch_step
 from lit_otclust.data import ArrayDataModule
 from lit_otclust.losses import ClusteringLoss, OTLoss, SoftKMeans
 from lit_otclust.models import ConvAutoencoder, MLPAutoencoder
 from lit_otclust.phases import PhaseSwitch
-from lit_otclust.sinkhorn import squared_distances
 from lit_otclust.system import DeepClustering, adam, check_proportions
 
 # Kept as they come (uint8 pixels are divided by 255, as the command line's ArrayDataModule does); any other
@@ -65,7 +68,10 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
     ``transform(X)`` is the embedding f(x), (n, latent_dim); ``predict(X)`` the nearest center of each
     embedding. With ``proportions`` w, each training batch's transport plan gives cluster k the share w_k of the
     batch, so the clusters learn those sizes; ``clustering="soft_kmeans"`` drops the size constraint (the
-    entropic soft k-means loss, the paper's Prop. 2).
+    entropic soft k-means loss, the paper's Prop. 2). On features, ``fit`` takes ``sample_weight`` (counted in the
+    sizes: cluster k holds the share w_k of the total weight), ``partial_fit`` learns batch by batch (mini-batch
+    size-constrained k-means, as MiniBatchKMeans is to KMeans), and ``predict(X, impose_proportions=True)`` assigns
+    a new batch so that it too holds the shares w.
 
     X is an (n, d) array of features (a pretrained network's embeddings), or images (n, H, W), (n, C, H, W) or
     (n, H, W, C) (layout as :class:`~lit_otclust.data.ArrayDataModule` reads it, ``channels_last``); uint8 values
@@ -77,7 +83,9 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
         proportions: w, the prescribed cluster proportions (K,), non-negative, summing to 1; None: uniform.
             Center k carries w_k; the k-means centers that start training are ordered so that the largest
             k-means cluster carries the largest w_k (:func:`lit_otclust.clustering.match_sizes`).
-        clustering: ``"ot"`` (the paper's loss) or ``"soft_kmeans"`` (the same without the size constraint).
+        clustering: ``"ot"`` (the paper's loss), ``"soft_kmeans"`` (the same without the size constraint), or a
+            :class:`~lit_otclust.losses.ClusteringLoss` instance (copied at each fit; without an autoencoder only
+            its ``constrains_sizes`` counts: size-constrained k-means or k-means).
         epsilon: the entropic regularisation, in units of squared embedding distance.
         clustering_weight: lambda in l_r + lambda * l_c.
         sinkhorn_solver, sinkhorn_iters: the OT solve of each batch (:class:`~lit_otclust.losses.OTLoss`'s
@@ -93,17 +101,18 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
         latent_dim: p, the embedding's size.
         weight_init: the autoencoder's initial weights, ``"torch"`` (PyTorch's defaults, the configs') or
             ``"glorot"`` (TensorFlow's). Without pre-training, k-means starts from the untrained embedding, so this
-            decides where the centers start. Neither was better on every data set measured: on the 2-d blobs of
-            60 / 30 / 10 % of tests/test_estimator.py Glorot matched k-means' accuracy in 17 runs of 18 and
-            PyTorch's in 8; on ``make_blobs([600, 300, 100], random_state=0)`` PyTorch's in 4 of 6, Glorot's in 2.
+            decides where the centers start; neither was better on every data set measured (RESULTS.md, "Arrays
+            and features: the estimator").
         max_epochs: training epochs in all, pre-training included.
         pretrain_epochs: reconstruction-only epochs before k-means initialises the centers and the
             clustering loss starts (0: k-means on the untrained encoder's embedding, the paper's Algorithm 2).
         batch_size: m, the samples of each OT problem; at most n (a smaller X trains on whole-set batches).
         lr: Adam's learning rate.
-        kmeans_n_init: k-means++ restarts of the centers' initialisation.
+        kmeans_n_init: k-means++ restarts of the centers' initialisation (without an autoencoder: of the
+            size-constrained k-means' search).
         channels_last: the layout of a 4-d X; None guesses it (:class:`~lit_otclust.data.ArrayDataModule`).
-        accelerator: Lightning's accelerator (``"auto"``: a GPU if there is one); one device.
+        accelerator: Lightning's accelerator (``"auto"``: a GPU if there is one); one device. Without an
+            autoencoder: ``"auto"``, ``"gpu"`` or ``"cuda"`` run on CUDA where torch has it, anything else on the CPU.
         trainer_kwargs: more ``lightning.Trainer`` arguments, over the estimator's (e.g. ``{"logger": ...,
             "precision": "bf16-mixed"}``).
         verbose: Lightning's progress bar, model summary and info lines (which accelerator, why it stopped);
@@ -117,7 +126,9 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
             index of the row of ``cluster_centers_`` nearest each row of ``transform(X)`` (without an autoencoder,
             (K, d) in X's space, and the rule subtracts ``potentials_``).
         potentials_: (K,) float32, without an autoencoder: the plan's cluster potentials g, which make the
-            nearest-center rule meet the proportions; zeros for k-means.
+            nearest-center rule meet the proportions; zeros for k-means. After ``partial_fit``: the running mean
+            of the batches' potentials.
+        counts_: (K,) float64, after ``partial_fit``: the rows (weighted) counted on each center so far.
         module_: the trained :class:`~lit_otclust.system.DeepClustering` (on the CPU); None without an autoencoder.
         n_features_in_: X's second dimension seen by ``fit``.
 
@@ -140,7 +151,7 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
         self,
         n_clusters: int = 8,
         proportions: Sequence[float] | None = None,
-        clustering: Literal["ot", "soft_kmeans"] = "ot",
+        clustering: Literal["ot", "soft_kmeans"] | ClusteringLoss = "ot",
         epsilon: float = 0.01,
         clustering_weight: float = 0.1,
         sinkhorn_solver: Literal["fixed", "solve", "algorithm1"] = "fixed",
@@ -182,13 +193,19 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
         self.verbose = verbose
         self.random_state = random_state
 
-    def fit(self, X: Any, y: None = None) -> OTClustering:
-        """Train on X (n, d) or (n, *image_shape); ``y`` is ignored. Returns self."""
+    def fit(self, X: Any, y: None = None, sample_weight: Any = None) -> OTClustering:
+        """Train on X (n, d) or (n, *image_shape); ``y`` is ignored. ``sample_weight`` (n,), non-negative, without
+        an autoencoder only: cluster k holds the share w_k of the total weight. Returns self."""
         X = validate_data(self, X, allow_nd=True, dtype=_DTYPES)
         self._check_params(len(X))
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
         seed = self._seed()
+        self.counts_ = None
         if self._autoencoder_kind(X) == "none":
-            return self._fit_centers(X, seed)
+            return self._fit_centers(X, seed, sample_weight)
+        if sample_weight is not None and not np.all(sample_weight == sample_weight[0]):
+            raise ValueError("sample_weight needs autoencoder='none' (the training batches weigh every sample alike)")
         data = ArrayDataModule.from_arrays(X, num_classes=self.n_clusters, channels_last=self.channels_last,
                                            batch_size=min(self.batch_size, len(X)), seed=seed)
         proportions = None if self.proportions is None else np.asarray(self.proportions, dtype=float).tolist()
@@ -214,26 +231,85 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
         """The embeddings f(x) of X, (n, latent_dim) float32 (X itself, as float32, without an autoencoder)."""
         return self._embed(self._samples(X)).cpu().numpy()
 
-    def predict(self, X: Any) -> np.ndarray:
+    def predict(self, X: Any, impose_proportions: bool = False) -> np.ndarray:
         """The cluster of each sample of X, (n,) int64: its embedding's nearest center (without an autoencoder,
-        ``argmin_k ||x - mu_k||^2 - g_k``, the rule that meets the proportions)."""
-        return self._assign(self._embed(self._samples(X)))
+        ``argmin_k ||x - mu_k||^2 - g_k`` with the training plan's potentials g, the rule that met the proportions
+        on the training set). ``impose_proportions=True``: X itself is split in the shares w (or equal shares
+        without ``proportions``): the potentials are solved again on X, for a batch known to hold the same shares
+        (:func:`lit_otclust.clustering.impose`); at least ``n_clusters`` samples."""
+        z = self._embed(self._samples(X))
+        if not impose_proportions:
+            return self._assign(z)
+        if len(z) < self.n_clusters:
+            raise ValueError(f"impose_proportions needs at least n_clusters={self.n_clusters} samples, got {len(z)}")
+        g = None if self.module_ is not None else torch.as_tensor(self.potentials_)
+        labels, _ = impose(z.to(self._device()), torch.as_tensor(self.cluster_centers_), self._proportions(),
+                           float(self.epsilon), g)
+        return labels.cpu().numpy()
 
-    def _fit_centers(self, X: np.ndarray, seed: int) -> OTClustering:
-        """``autoencoder="none"``: the centers in X's space, by size-constrained k-means (or k-means)."""
-        x = _features(X)
-        K = self.n_clusters
-        w = torch.full((K,), 1.0 / K) if self.proportions is None else torch.as_tensor(
-            np.asarray(self.proportions, dtype=float))
-        if self._build_loss().constrains_sizes:
-            centers, g, _ = constrained_kmeans(x, w, self.kmeans_n_init, seed, epsilon=self.epsilon)
-        else:  # no size constraint: k-means, and no potential
-            centers, g = kmeans(x, K, self.kmeans_n_init, seed), torch.zeros(K)
-        self.module_ = None
-        self.cluster_centers_ = centers.numpy()
-        self.potentials_ = g.numpy()
+    @available_if(lambda self: self.autoencoder in ("auto", "none"))  # features only: no training by batch here
+    def partial_fit(self, X: Any, y: None = None, sample_weight: Any = None) -> OTClustering:
+        """One mini-batch step on features (n, d), without an autoencoder: the first batch (at least
+        ``n_clusters`` rows) is clustered by ``fit``'s size-constrained k-means; each later batch's plan is solved at
+        the current centers, which move towards its plan means by a per-center step 1 / rows counted
+        (:func:`lit_otclust.clustering.minibatch_step`), and ``potentials_`` is the running mean of the batches'
+        potentials. ``labels_`` is the batch's clusters. Returns self."""
+        first = getattr(self, "counts_", None) is None
+        X = validate_data(self, X, reset=first, dtype=_DTYPES)
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
+        if first:
+            self._check_params(len(X))
+            if self._autoencoder_kind(X) != "none":
+                raise ValueError("partial_fit needs features without an autoencoder (autoencoder='none' or 'auto')")
+            self._fit_centers(X, self._seed(), sample_weight)
+            rows = np.ones(len(X)) if sample_weight is None else sample_weight
+            self.counts_ = np.bincount(self.labels_, weights=rows, minlength=self.n_clusters).astype(np.float64)
+            x = _features(X).to(self._device())
+            a = torch.as_tensor(rows / rows.sum(), dtype=x.dtype, device=x.device)
+            self.scale_ = _scale(x, x.pow(2).sum(1), a, torch.as_tensor(self.cluster_centers_).to(x))
+            return self
+        x = _features(X).to(self._device())
+        weights = None if sample_weight is None else torch.as_tensor(sample_weight)
+        before = float(self.counts_.sum())
+        centers, g, counts = minibatch_step(x, self._proportions(), torch.as_tensor(self.cluster_centers_),
+                                            torch.as_tensor(self.potentials_), torch.as_tensor(self.counts_),
+                                            float(self.epsilon) * self.scale_, weights)
+        share = 1.0 - before / float(counts.sum())  # this batch's share of the rows counted
+        self.cluster_centers_ = centers.float().cpu().numpy()
+        self.potentials_ = ((1 - share) * self.potentials_ + share * g.cpu().numpy()).astype(np.float32)
+        self.counts_ = counts.cpu().numpy()
         self.labels_ = self._assign(x)
         return self
+
+    def _fit_centers(self, X: np.ndarray, seed: int, sample_weight: np.ndarray | None = None) -> OTClustering:
+        """``autoencoder="none"``: the centers in X's space, by size-constrained k-means (or k-means)."""
+        x = _features(X).to(self._device())
+        K = self.n_clusters
+        weights = None if sample_weight is None else torch.as_tensor(sample_weight, device=x.device)
+        if self._build_loss().constrains_sizes:
+            centers, g, _ = constrained_kmeans(x, self._proportions(), self.kmeans_n_init, seed,
+                                               epsilon=float(self.epsilon), sample_weight=weights)
+        else:  # no size constraint: k-means, and no potential
+            centers, g = kmeans(x, K, self.kmeans_n_init, seed, sample_weight=sample_weight), torch.zeros(K)
+        self.module_ = None
+        self.cluster_centers_ = centers.float().cpu().numpy()
+        self.potentials_ = g.float().cpu().numpy()
+        self.labels_ = self._assign(x)
+        return self
+
+    def _proportions(self) -> Tensor:
+        """w (K,) float64: ``proportions``, or equal shares."""
+        K = self.n_clusters
+        if self.proportions is None:
+            return torch.full((K,), 1.0 / K, dtype=torch.float64)
+        return torch.as_tensor(np.asarray(self.proportions, dtype=np.float64))
+
+    def _device(self) -> torch.device:
+        """Where the path without an autoencoder computes: CUDA where ``accelerator`` allows it and torch has it."""
+        if self.accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
+            return torch.device("cuda")
+        return torch.device("cpu")
 
     @property
     def _n_features_out(self) -> int:
@@ -249,8 +325,8 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
     # ---- helpers ------------------------------------------------------------------------------------------------
     def _check_params(self, num_samples: int) -> None:
         """What DeepClustering, PhaseSwitch and the data module do not check themselves, or check under other names."""
-        if self.clustering not in ("ot", "soft_kmeans"):
-            raise ValueError(f"clustering must be 'ot' or 'soft_kmeans', got {self.clustering!r}")
+        if not isinstance(self.clustering, ClusteringLoss) and self.clustering not in ("ot", "soft_kmeans"):
+            raise ValueError(f"clustering must be 'ot', 'soft_kmeans' or a ClusteringLoss, got {self.clustering!r}")
         if self.autoencoder not in ("auto", "none", "mlp", "conv"):
             raise ValueError(f"autoencoder must be 'auto', 'none', 'mlp' or 'conv', got {self.autoencoder!r}")
         if self.proportions is not None:  # the path without an autoencoder builds no DeepClustering, which checks it
@@ -275,6 +351,8 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
         return int(random_state.randint(np.iinfo(np.int32).max))
 
     def _build_loss(self) -> ClusteringLoss:
+        if isinstance(self.clustering, ClusteringLoss):
+            return copy.deepcopy(self.clustering)  # the parameter stays as the caller passed it (sklearn's rule)
         if self.clustering == "soft_kmeans":
             return SoftKMeans(self.epsilon)
         return OTLoss(self.epsilon, solver=self.sinkhorn_solver, iters=self.sinkhorn_iters)
@@ -315,7 +393,7 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
     def _assign(self, z: Tensor) -> np.ndarray:
         if self.module_ is None:
             centers, g = torch.as_tensor(self.cluster_centers_), torch.as_tensor(self.potentials_)
-            return (squared_distances(z.float(), centers) - g).argmin(1).numpy()  # (n,)
+            return assign(z.to(self._device()), centers, g).cpu().numpy()  # (n,)
         return self.module_.assign(z).cpu().numpy()  # (n,)
 
 
