@@ -124,6 +124,79 @@ def test_on_features_the_default_meets_the_shares_and_soft_kmeans_is_sklearns_km
     assert adjusted_rand_score(km.labels_, soft.labels_) == 1.0
 
 
+def test_on_features_sample_weight_counts_as_repeated_rows() -> None:
+    """Integer sample weights: the clusters hold w of the weight, and the fit predicts what the fit on the rows
+    repeated that many times predicts (the same partition of X, ARI 1)."""
+    from sklearn.metrics import adjusted_rand_score
+
+    X, _, _ = _blobs([300, 150, 50], seed=2)
+    counts = np.random.default_rng(0).integers(1, 4, len(X))
+    w = [0.6, 0.3, 0.1]
+    weighted = OTClustering(3, proportions=w, random_state=0).fit(X, sample_weight=counts)
+    repeated = OTClustering(3, proportions=w, random_state=0).fit(np.repeat(X, counts, 0))
+    held = np.bincount(weighted.labels_, weights=counts, minlength=3) / counts.sum()
+    np.testing.assert_allclose(held, w, atol=3 / counts.sum())
+    assert adjusted_rand_score(weighted.predict(X), repeated.predict(X)) == 1.0
+    with pytest.raises(ValueError, match="sample_weight needs autoencoder='none'"):
+        OTClustering(3, **TINY).fit(X, sample_weight=counts)
+
+
+def test_predict_can_impose_the_shares_on_a_new_batch() -> None:
+    """A new batch drawn with the training shares: by default the training potentials assign it (sizes near w,
+    not exact); ``impose_proportions=True`` splits it in w exactly (sizes w m), at the fitted centers."""
+    X, _, _ = _blobs([600, 300, 100], seed=1)
+    new, _, _ = _blobs([120, 60, 20], seed=7)
+    model = OTClustering(3, proportions=[0.6, 0.3, 0.1], random_state=0).fit(X)
+    sizes = np.bincount(model.predict(new, impose_proportions=True), minlength=3)
+    np.testing.assert_array_equal(sizes, [120, 60, 20])
+    assert np.abs(np.bincount(model.predict(new), minlength=3) / 200 - [0.6, 0.3, 0.1]).max() < 0.1
+    with pytest.raises(ValueError, match="at least n_clusters"):
+        model.predict(new[:2], impose_proportions=True)
+
+
+def test_partial_fit_over_the_data_approaches_fit() -> None:
+    """Mini-batches of 500 over 20,000 rows of blobs (shares 0.5 / 0.3 / 0.2), two passes: the centers within 0.1
+    of fit's (unit-variance blobs at distance 3), accuracy within 0.01 of fit's, the training potentials' sizes within
+    0.02 of w, every row counted; partial_fit refuses images, and an autoencoder's estimator has none."""
+    rng = np.random.default_rng(0)
+    X, y, _ = _blobs([10_000, 6_000, 4_000], seed=3, features=5)
+    w = [0.5, 0.3, 0.2]
+    full = OTClustering(3, proportions=w, random_state=0).fit(X)
+    mini = OTClustering(3, proportions=w, random_state=0)
+    for _ in range(2):
+        order = rng.permutation(len(X))
+        for batch in np.array_split(order, len(X) // 500):
+            mini.partial_fit(X[batch])
+    np.testing.assert_allclose(mini.cluster_centers_, full.cluster_centers_, atol=0.1)
+    acc_full, _ = _matched(full.labels_, y)
+    acc_mini, sizes = _matched(mini.predict(X), y)
+    assert acc_mini >= acc_full - 0.01, (acc_mini, acc_full)
+    assert np.abs(np.bincount(mini.predict(X), minlength=3) / len(X) - w).max() < 0.02
+    assert mini.counts_.sum() == pytest.approx(2 * len(X))  # every row counted once a pass
+    assert not hasattr(OTClustering(3, **TINY), "partial_fit")
+    with pytest.raises(ValueError, match="dim 3"):
+        OTClustering(3).partial_fit(np.zeros((10, 4, 4)))
+
+
+def test_a_clustering_loss_instance_is_its_name() -> None:
+    """``clustering`` takes a ClusteringLoss: OTLoss() fits what "ot" fits and SoftKMeans() what "soft_kmeans"
+    does; the instance passed stays the caller's (cloned estimators share nothing)."""
+    from lit_otclust.losses import OTLoss, SoftKMeans
+
+    X, _, _ = _blobs([300, 150, 50], seed=4)
+    loss = OTLoss()
+    by_instance = OTClustering(3, proportions=[0.6, 0.3, 0.1], clustering=loss, random_state=0).fit(X)
+    by_name = OTClustering(3, proportions=[0.6, 0.3, 0.1], clustering="ot", random_state=0).fit(X)
+    np.testing.assert_array_equal(by_instance.labels_, by_name.labels_)
+    soft = OTClustering(3, clustering=SoftKMeans(), random_state=0).fit(X)
+    np.testing.assert_array_equal(soft.labels_, OTClustering(3, clustering="soft_kmeans", random_state=0).fit(X).labels_)
+    assert by_instance.clustering is loss and clone(by_instance).clustering is not loss
+    deep = OTClustering(3, clustering=SoftKMeans(), **TINY, random_state=0).fit(X)
+    assert isinstance(deep.module_.loss, SoftKMeans) and deep.module_.loss is not deep.clustering
+    with pytest.raises(ValueError, match="ClusteringLoss"):
+        OTClustering(3, clustering="sinkhorn").fit(X)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["blobs d=10 sep=3 r=10 K=5", "blobs d=50 sep=3 r=10 K=3", "blobs d=2 sep=4 r=10 K=5",
                                   "breast cancer", "digits"])
