@@ -79,7 +79,8 @@ def match_sizes(sizes: Tensor, proportions: Tensor) -> Tensor:
 # potentials g are unknown (the row potentials have the closed form f_i = -eps LSE_k((g_k - C_ik) / eps) + eps log a_i).
 # A solve costs a few passes over the (n, K) costs: Newton steps on g, whose (K, K) Hessian is one small matrix product.
 _NEWTON_ITERS = 30  # Newton steps per solve; warm-started from the last Lloyd step's g, one or two meet the tolerance
-_NEWTON_COLD = 6  # Newton steps before a solve falls back on epsilon scaling
+_NEWTON_LLOYD = 8  # at most this many inside a Lloyd step
+_LLOYD_TOL = 1e-3  # the marginal error of the plans inside Lloyd's loop (the last one is solved to 1e-6)
 _SEARCH_ROWS = 20_000  # the restarts and the swap search run on at most this many rows (a seeded sample), the
 # polish on all: which center carries which share is decided by the bulk of the data, not by each row
 _SWAP_MAX_CLUSTERS = 16  # the pairwise swap search (K (K - 1) / 2 trial runs) up to this K
@@ -101,15 +102,27 @@ def _costs(x: Tensor, x_sq: Tensor, mu: Tensor) -> Tensor:
 class _Plan:
     """The entropic plan at fixed costs C (K, n) for column potentials g (K,): each point's softmax over the clusters
     P_ki = softmax_k((g_k - C_ki) / eps) (K, n), summing to 1 over k (the plan is a_i P_ki), the cluster masses
-    q = P a (K,), and the marginal error ``err`` = sum_k |q_k - w_k|."""
+    q = P a (K,), the marginal error ``err`` = sum_k |q_k - w_k|, and the semi-dual's value
+    F(g) = <w, g> - eps sum_i a_i LSE_k((g_k - C_ki) / eps)."""
 
     def __init__(self, cost: Tensor, g: Tensor, a: Tensor, w: Tensor, eps: float) -> None:
-        z = torch.addcmul((g / eps).to(cost.dtype).unsqueeze(1), cost, torch.tensor(-1.0 / eps, dtype=cost.dtype,
-                                                                                      device=cost.device))
-        self.rows = torch.softmax(z, 0)  # (K, n)
+        z = cost.mul(-1.0 / eps).add_((g / eps).to(cost.dtype).unsqueeze(1))  # (K, n)
+        lse = torch.logsumexp(z, 0)  # (n,)
+        self.rows = z.sub_(lse).exp_()  # (K, n), in z's place
         self.q = (self.rows @ a).double()  # (K,)
-        self.err = float((self.q - w).abs().sum())
+        # one read back to the host for both numbers (a GPU waits once per plan)
+        err, dual = torch.stack([(self.q - w).abs().sum(), w @ g.double() - eps * (lse @ a).double()]).tolist()
+        self.err, self.value = err, dual  # F(g)
         self.g = g
+
+
+def _sinkhorn_update(cost: Tensor, a: Tensor, w: Tensor, eps: float, g: Tensor) -> Tensor:
+    """The log-domain Sinkhorn column update g_k <- eps (log w_k - LSE_i(log a_i + (f_i - C_ki) / eps)), with the row
+    potentials f_i = -eps LSE_k((g_k - C_ki) / eps): g_k + eps log(w_k / q_k), computed where q_k underflows."""
+    z = (g.to(cost.dtype).unsqueeze(1) - cost) / eps  # (K, n)
+    rows = torch.logsumexp(z, 0)  # (n,)
+    log_q = torch.logsumexp(z - rows + a.clamp_min(torch.finfo(a.dtype).tiny).log(), 1).double()  # (K,)
+    return g + eps * (w.log() - log_q)
 
 
 def _solve(cost: Tensor, a: Tensor, w: Tensor, eps: float, g: Tensor, tol: float, max_iter: int = _NEWTON_ITERS,
@@ -118,41 +131,45 @@ def _solve(cost: Tensor, a: Tensor, w: Tensor, eps: float, g: Tensor, tol: float
     of the concave semi-dual F(g) = <w, g> - eps sum_i a_i LSE_k((g_k - C_ik) / eps), whose gradient is w - q.
 
     Newton's direction solves (diag(q) - P^T diag(a) P) dg = eps (w - q), the Hessian of -F times eps; its null
-    direction (a constant added to g changes nothing) is fixed by adding 1 1^T / K. A step is halved until it lowers
-    the marginal error (a merit computed from the same pass as the next step's P, where F's value would need a
-    logsumexp and drowns in float32 rounding near the optimum); where halving fails (a cluster the plan nearly
-    leaves empty: the Hessian is nearly singular there), the Sinkhorn column update g_k += eps log(w_k / q_k) is
-    taken instead. Far from the optimum at small eps the semi-dual is nearly piecewise linear and Newton's steps are
-    short: a solve not done in ``_NEWTON_COLD`` steps first solves at 8 eps (recursively: epsilon scaling) and
-    starts again from there."""
+    direction (a constant added to g changes nothing) is fixed by adding 1 1^T / K, and no component moves further
+    than the costs' range. A step is halved until it raises F by 1e-4 of its first-order gain (Armijo), or lowers the
+    marginal error where F's change is within float32 rounding of F (near the optimum); where halving fails, the
+    solve first solves at 8 eps (recursively: epsilon scaling; far from the optimum at small eps the semi-dual is
+    nearly piecewise linear and Newton's steps fail) and starts again from there, once; after that the log-domain
+    Sinkhorn column update (:func:`_sinkhorn_update`) is taken instead."""
     g = g.double()
     K = len(w)
     # the masses q sum n terms in cost's dtype: in float32 they are good to ~1e-6, and a tighter tol would spin
     tol = max(tol, 1e-5 if cost.dtype != torch.float64 else 1e-12)
-    plan = _Plan(cost, g, a, w, eps)
-    for it in range(max_iter):
+    plan, scaled = _Plan(cost, g, a, w, eps), False
+    reach = float(cost.max() - cost.min()) + eps
+    for _ in range(max_iter):
         if plan.err <= tol:
             break
-        if it == _NEWTON_COLD and depth < 8:
-            g = _solve(cost, a, w, 8 * eps, g, max(tol, 1e-3), max_iter, depth + 1).g
-            plan = _Plan(cost, g, a, w, eps)
-            continue
         rows = plan.rows * a.sqrt()  # (K, n)
         hess = torch.diag(plan.q) - (rows @ rows.T).double() + 1.0 / K  # (K, K)
         hess.diagonal().add_(1e-12 * float(plan.q.max()))
         step = torch.linalg.solve(hess, w - plan.q) * eps
+        step *= min(1.0, reach / float(step.abs().max()))  # no g moves past the costs' range: nearly empty clusters
         trial = None
         if torch.isfinite(step).all():
-            t = 1.0
-            for _ in range(4):
+            t, gain = 1.0, float((w - plan.q) @ step)
+            for _ in range(5):
                 trial = _Plan(cost, g + t * step, a, w, eps)
-                if trial.err < plan.err:
+                # Armijo on F; or, where F's change is float32 rounding near the optimum, a lower marginal error
+                noise = 1e-6 * abs(plan.value) + 1e-9
+                if trial.value >= plan.value + 1e-4 * t * gain or (trial.err < plan.err and
+                                                                   trial.value >= plan.value - noise):
                     break
                 t /= 2
             else:
                 trial = None
+        if trial is None and not scaled and depth < 8:  # epsilon scaling: solve at 8 eps, start again from there
+            g = _solve(cost, a, w, 8 * eps, g, max(tol, 1e-3), max_iter, depth + 1).g
+            plan, scaled = _Plan(cost, g, a, w, eps), True
+            continue
         if trial is None:
-            trial = _Plan(cost, g + eps * (w.log() - plan.q.clamp_min(1e-300).log()), a, w, eps)
+            trial = _Plan(cost, _sinkhorn_update(cost, a, w, eps, g), a, w, eps)
             if trial.err >= plan.err and plan.err <= 100 * tol:
                 break  # near the floor, neither step lowers the error: rounding decides it now
         plan, g = trial, trial.g
@@ -170,10 +187,11 @@ def _lloyd(x: Tensor, x_sq: Tensor, a: Tensor, w: Tensor, mu: Tensor, eps: float
            max_iter: int, tol: float) -> tuple[float, Tensor, Tensor]:
     """Entropic Lloyd's iterations from mu with g warm-started: (transport cost <P, C>, mu, g)."""
     for _ in range(max_iter):
-        plan = _solve(_costs(x, x_sq, mu), a, w, eps, g, tol=1e-4)
+        # inexact inside the loop: the next step starts from this g, and only the last plan is solved to 1e-6
+        plan = _solve(_costs(x, x_sq, mu), a, w, eps, g, tol=_LLOYD_TOL, max_iter=_NEWTON_LLOYD)
         g = plan.g
-        mass = plan.q.clamp_min(torch.finfo(torch.float64).tiny).to(x.dtype)  # (K,)
-        new = (plan.rows * a) @ x / mass.unsqueeze(1)  # (K, d)
+        mass = plan.q.to(x.dtype).unsqueeze(1)  # (K, 1)
+        new = torch.where(mass > 0, (plan.rows * a) @ x / mass, mu)  # (K, d); a center without mass stays
         shift = float((new - mu).pow(2).sum(1).max()) / scale
         mu = new
         if shift < tol:
@@ -190,7 +208,7 @@ def _round(cost: Tensor, g: Tensor, a: Tensor, w: Tensor, eps: float) -> tuple[T
     Only the rows whose two best (C_ik - g_k) lie within ``_ROUND_MARGIN`` eps of each other can change cluster as
     eps shrinks; on them alone, with the targets less the other rows' masses, the semi-dual is solved again at eps
     divided by 4 at a time until the hard masses meet the targets to half the smallest row weight (exact counts for
-    equal weights where w n are integers) or eps has shrunk 4^8-fold. The rows outside stay where they were: g moves
+    equal weights where w n are integers, up to n = 5,000; within 1e-4 beyond) or eps has shrunk 4^8-fold. The rows outside stay where they were: g moves
     by a few eps, and their margin is ``_ROUND_MARGIN`` eps (checked: the labels returned are argmin_k (C - g))."""
     shifted = cost - g.to(cost.dtype).unsqueeze(1)  # (K, n)
     first, labels = shifted.min(0)  # (n,)
@@ -198,7 +216,7 @@ def _round(cost: Tensor, g: Tensor, a: Tensor, w: Tensor, eps: float) -> tuple[T
     near = (shifted.min(0).values - first) < _ROUND_MARGIN * eps  # (n,): the two best within the margin
     K = len(w)
     mass = torch.zeros(K, dtype=torch.float64, device=cost.device).index_add_(0, labels, a.double())
-    half_row = 0.5 * float(a[a > 0].min())
+    half_row = max(0.5 * float(a[a > 0].min()), 1e-4)  # exact counts up to n = 5,000 equal rows; 1e-4 of n beyond
     if float((mass - w).abs().max()) <= half_row or not bool(near.any()):
         return labels, g
     far_mass = torch.zeros_like(mass).index_add_(0, labels[~near], a[~near].double())
@@ -207,12 +225,15 @@ def _round(cost: Tensor, g: Tensor, a: Tensor, w: Tensor, eps: float) -> tuple[T
         return labels, g
     sub_cost, sub_a = cost[:, near], a[near]
     total = float(sub_a.double().sum())
-    target = target.clamp_min(0.0) / total
+    target = target.clamp_min(1e-12 * total) / total  # a cluster the near rows must leave empty: a trace, not 0
     sub_a = sub_a / total
     sub_g = g.double()
     for _ in range(8):
         eps /= 4
-        sub_g = _solve(sub_cost, sub_a, target / target.sum(), eps, sub_g, tol=1e-9).g
+        solved = _solve(sub_cost, sub_a, target / target.sum(), eps, sub_g, tol=1e-9, max_iter=_NEWTON_LLOYD).g
+        if not bool(torch.isfinite(solved).all()):
+            break
+        sub_g = solved
         sub_labels = (sub_cost - sub_g.to(cost.dtype).unsqueeze(1)).argmin(0)
         hard = torch.zeros_like(target).index_add_(0, sub_labels, sub_a.double())
         if float((hard - target).abs().max()) * total <= half_row:

@@ -44,9 +44,17 @@ DEEP_WEIGHTS = {name: "sample_weight needs autoencoder='none'; the autoencoder r
     "check_sample_weights_not_overwritten", "check_sample_weight_equivalence_on_dense_data")}
 
 
+# On features the weighted fit is the repeated rows' fit from the same start (test_constrained_kmeans.py checks it);
+# the starts differ, as k-means++ draws its seeds by weight, not row by row, and equal shares leave the labels' order
+# to the start.
+FEATURE_WEIGHTS = {"check_sample_weight_equivalence_on_dense_data": (
+    "k-means++ seeds drawn by weight start elsewhere than on repeated rows; from one start the fits agree "
+    "(tests/test_constrained_kmeans.py::test_integer_sample_weights_are_repeated_rows)")}
+
+
 @parametrize_with_checks([OTClustering(**TINY), OTClustering(**FEATURES)],
                          expected_failed_checks=lambda estimator: EXPECTED_FAILED_CHECKS | (
-                             DEEP_WEIGHTS if estimator.autoencoder == "mlp" else {}))
+                             DEEP_WEIGHTS if estimator.autoencoder == "mlp" else FEATURE_WEIGHTS))
 def test_sklearn_estimator_checks(estimator, check) -> None:
     check(estimator)
 
