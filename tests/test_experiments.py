@@ -1000,3 +1000,22 @@ def test_an_archived_study_names_the_commit_that_runs_it(tmp_path, monkeypatch, 
         else:
             [run.command() for run in study.runs]  # raises on an option retired since
     assert archived == ["study_anneal", "study_recipe", "study_scale"]
+
+
+def test_a_record_is_selected_by_its_grid_as_its_study_wrote_it_or_as_it_took_effect(tmp_path):
+    """A committed study's old flag (``model.lr``) runs translated (``model.optimizer.*``), and the record's ``grid`` says
+    so; the study's report still names it ``lr=0.001``, as the run's name does. Both records are that grid point; the
+    run without a grid is not."""
+    from lit_otclust.lab.stats import select
+
+    records = {"mnist_ot_p__lr=0.001__seed=0": {"model.lr": "0.001"},
+               "mnist_ot_p__lr=0.001__seed=1": {"model.optimizer.class_path": "torch.optim.Adam",
+                                                 "model.optimizer.init_args.lr": "0.001"},
+               "mnist_ot_p__seed=0": {}}
+    for name, grid in records.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(
+            {"name": name, "config": "mnist_ot_p", "seed": int(name[-1]), "grid": grid, "final": {}}))
+    assert sorted(r["seed"] for r in select(f"{tmp_path}:mnist_ot_p:lr=0.001")) == [0, 1]
+    assert [r["name"] for r in select(f"{tmp_path}:mnist_ot_p")] == ["mnist_ot_p__seed=0"]
+    with pytest.raises(ValueError, match="no runs"):
+        select(f"{tmp_path}:mnist_ot_p:lr=0.01")

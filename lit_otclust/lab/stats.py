@@ -58,8 +58,12 @@ def _tag_list(tags: str) -> list[str]:
 
 
 def _has_tags(record: dict, tags: str) -> bool:
-    """Whether a record's grid settings are exactly ``tags`` (``key=value,...`` as in run names; "": no grid)."""
-    return sorted(_tags(record["grid"])) == _tag_list(tags)
+    """Whether a record's grid settings are exactly ``tags`` (``key=value,...`` as in run names; "": no grid): as
+    they took effect (its ``grid``) or as its study wrote them (its name), which differ where a committed study's old
+    flag was translated (``model.lr`` ran as ``model.optimizer.init_args.lr`` with the optimiser's class)."""
+    want = _tag_list(tags)
+    name = record["name"].removeprefix(record["config"]).rsplit("__seed=", 1)[0]
+    return sorted(_tags(record["grid"])) == want or sorted(t for t in name.split("__") if t) == want
 
 
 def _paper(dataset: str, method: str) -> tuple:
