@@ -145,7 +145,7 @@ def test_module_entry_point_fits_logs_and_switches_phase(data_dir, tmp_path):
     assert all(torch.equal(last["state_dict"][k], v) for k, v in epoch2["state_dict"].items())
     ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
     state = next(v for k, v in ckpt["callbacks"].items() if "PhaseSwitch" in k)
-    assert state == {"phase": "joint", "switch_epoch": 1, "initialised": False, "refitted": []}
+    assert state == {"phase": "joint", "switch_epoch": 1, "initialised": False, "refitted": [], "warmup": None}
     # W&B ran offline, with its run files on disk for a later `wandb sync`.
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1 and list(runs[0].glob("*.wandb"))
