@@ -7,7 +7,9 @@ that start the joint phase decides which cluster is asked to hold which share of
 large cluster carrying a small w_k is torn apart by the size constraint. :class:`PhaseSwitch`
 reorders the centers with the matching below (``phases.match_proportions``) before training
 on them. It returns ``order`` (K,), int64: center k becomes k-means center ``order[k]``
-(``centers[order]``). Plain torch, scipy and sklearn: no Lightning import.
+(``centers[order]``). :func:`constrained_kmeans` is k-means whose clusters hold prescribed shares (the estimator's
+path on features and the ``center_init="constrained"`` start), with :func:`assign`, :func:`impose` and
+:func:`minibatch_step` for new data. Plain torch, scipy and sklearn: no Lightning import.
 """
 
 from __future__ import annotations
@@ -305,7 +307,8 @@ def constrained_kmeans(x: Tensor, proportions: Tensor, n_init: int = 20, seed: i
     starts from one k-means++ run (sklearn, seed ``seed + r``), half with w matched to its clusters by size
     (:func:`match_sizes`), half with w in a seeded random order, and the restart of least transport cost wins. For
     K up to ``_SWAP_MAX_CLUSTERS``, a local search over which center carries which share follows: every swap of two
-    centers' shares runs ``_SWAP_TRIAL_STEPS`` Lloyd steps, the three cheapest run to convergence, and the best is
+    centers' shares runs ``_SWAP_TRIAL_STEPS`` Lloyd steps on ``_SWAP_SCREEN_ROWS`` of the rows, the
+    ``_SWAP_CONVERGED`` cheapest run to convergence on the search rows, and the best is
     kept if it lowers the transport cost, until none does (a restart's order is often one swap from a better one).
     Lloyd's iterations then run on all rows from the winner. Each point goes to
     :math:`\arg\min_k \|x_i - \mu_k\|^2 - g_k`, with g rounded so that the hard masses meet w to a row
