@@ -1019,3 +1019,17 @@ def test_a_record_is_selected_by_its_grid_as_its_study_wrote_it_or_as_it_took_ef
     assert [r["name"] for r in select(f"{tmp_path}:mnist_ot_p")] == ["mnist_ot_p__seed=0"]
     with pytest.raises(ValueError, match="no runs"):
         select(f"{tmp_path}:mnist_ot_p:lr=0.01")
+
+
+def test_a_translated_grid_takes_the_values_the_command_ran(tmp_path, monkeypatch):
+    """``grid: {model.optimizer: [sgd]}`` with ``set: {model.lr: 0.5}``: the record's grid names SGD at the lr the
+    command gave (0.5), not the config's default, and stays part of the record's settings."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.yaml").write_text("seed_everything: 0\n")
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({"out": "res", "configs": ["a.yaml"], "set": {"model.lr": 0.5},
+                                                     "grid": {"model.optimizer": ["sgd"]}}))
+    run = studies.load_study("s.yaml").runs[0]
+    assert run.name == "a__optimizer=sgd__seed=0"
+    assert run.grid_settings == {"model.optimizer.class_path": "torch.optim.SGD",
+                                 "model.optimizer.init_args.lr": "0.5", "model.optimizer.init_args.momentum": "0.9"}
+    assert run.grid_settings.items() <= run.settings.items()

@@ -96,8 +96,11 @@ class Run:
 
     @property
     def grid_settings(self) -> dict[str, str]:
-        """The grid point as it takes effect (:func:`translate`): the record's ``grid``, part of its ``settings``."""
-        return translate(self.config, self.grid)
+        """The grid point as it takes effect (:func:`translate`): the record's ``grid``, part of its ``settings``. The
+        keys are those the grid's own flags become, the values the whole command's (a translated ``model.optimizer: sgd``
+        in the grid takes its ``model.lr`` from the study's ``set``)."""
+        settings = self.settings
+        return {key: settings[key] for key in translate(self.config, self.grid) if key in settings}
 
     @property
     def done(self) -> bool:
