@@ -109,8 +109,16 @@ class _Plan:
 
     def __init__(self, cost: Tensor, g: Tensor, a: Tensor, w: Tensor, eps: float) -> None:
         z = cost.mul(-1.0 / eps).add_((g / eps).to(cost.dtype).unsqueeze(1))  # (K, n)
-        lse = torch.logsumexp(z, 0)  # (n,)
-        self.rows = z.sub_(lse).exp_()  # (K, n), in z's place
+        # one exp pass, not logsumexp's and then the softmax's: the max over k, exp in place, the sum, the division
+        # (measured, one thread, K = 10: 2.2 ms against 11.6 ms at n = 10^5, 0.04 against 0.08 ms at n = 700)
+        # and the exponents floored at -80 (e^-80 ~ 2e-35 of the row's largest term: nothing in the sums): exp of an
+        # argument below float32's range takes a slow path, 10-20x slower per element (measured: 17-36 ms against
+        # 1.3 ms for 10^6 elements), and at small eps nearly all of a row's K - 1 other terms are there
+        top = z.amax(0)  # (n,)
+        self.rows = z.sub_(top).clamp_min_(-80.0).exp_()  # (K, n), in z's place
+        total = self.rows.sum(0)  # (n,), in [1, K]
+        self.rows.div_(total)
+        lse = top.add_(total.log_())  # (n,)
         self.q = (self.rows @ a).double()  # (K,)
         # one read back to the host for both numbers (a GPU waits once per plan)
         err, dual = torch.stack([(self.q - w).abs().sum(), w @ g.double() - eps * (lse @ a).double()]).tolist()
