@@ -194,8 +194,9 @@ def _uniform_or(sample_weight: Tensor | None, n: int, like: Tensor) -> Tensor:
 
 
 def _lloyd(x: Tensor, x_sq: Tensor, a: Tensor, w: Tensor, mu: Tensor, eps: float, scale: float, g: Tensor,
-           max_iter: int, tol: float) -> tuple[float, Tensor, Tensor]:
-    """Entropic Lloyd's iterations from mu with g warm-started: (transport cost <P, C>, mu, g)."""
+           max_iter: int, tol: float, final_tol: float = 1e-6) -> tuple[float, Tensor, Tensor]:
+    """Entropic Lloyd's iterations from mu with g warm-started: (transport cost <P, C>, mu, g), the last plan solved
+    to ``final_tol`` (the swap screen ranks its trials on plans solved to ``_LLOYD_TOL``)."""
     for _ in range(max_iter):
         # inexact inside the loop: the next step starts from this g, and only the last plan is solved to 1e-6
         plan = _solve(_costs(x, x_sq, mu), a, w, eps, g, tol=_LLOYD_TOL, max_iter=_NEWTON_LLOYD)
@@ -207,7 +208,7 @@ def _lloyd(x: Tensor, x_sq: Tensor, a: Tensor, w: Tensor, mu: Tensor, eps: float
         if shift < tol:
             break
     cost = _costs(x, x_sq, mu)
-    plan = _solve(cost, a, w, eps, g, tol=1e-6)
+    plan = _solve(cost, a, w, eps, g, tol=final_tol, max_iter=_NEWTON_ITERS if final_tol < _LLOYD_TOL else _NEWTON_LLOYD)
     value = float((plan.rows * cost).sum(0).double() @ a.double())
     return value, mu, plan.g
 
@@ -383,7 +384,7 @@ def constrained_kmeans(x: Tensor, proportions: Tensor, n_init: int = 20, seed: i
                 g_swapped = g.clone()
                 g_swapped[[i, j]] = g[[j, i]]
                 trials.append((*_lloyd(xc, xc_sq, a_c, w[swapped], mu, epsilon * s, s, g_swapped, _SWAP_TRIAL_STEPS,
-                                       tol), swapped))
+                                       tol, _LLOYD_TOL), swapped))
         trials.sort(key=lambda trial: trial[0])
         for _, mu_t, g_t, swapped in trials[:_SWAP_CONVERGED]:
             trial = _lloyd(xs, xs_sq, a_s, w[swapped], mu_t, epsilon * s, s, g_t, max_iter, tol)
