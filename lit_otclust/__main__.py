@@ -47,10 +47,9 @@ def cores_oversubscribed(load: float, cores: int, threads: int) -> bool:
 
 
 def warn_if_cores_are_busy() -> None:
-    """Warn when other work seems to hold the cores torch's threads will run on, unless the thread settings are
-    the user's. torch's OpenMP threads spin-wait for each other at every parallel region; when another process
-    holds a core, each wait lasts a scheduler time slice, and a step takes several times as long as at one thread
-    per free core."""
+    """Warn when other work seems to hold the cores torch's threads will run on, unless the thread settings are the
+    user's. torch's OpenMP threads spin-wait for each other at every parallel region; when another process holds a core,
+    each wait lasts a scheduler time slice, and a step takes several times as long as at one thread per free core."""
     if not hasattr(os, "getloadavg") or {"OMP_NUM_THREADS", "OMP_WAIT_POLICY"} & set(os.environ):
         return
     if os.environ.get("LOCAL_RANK", "0") != "0" or os.environ.get("SLURM_PROCID", "0") != "0":  # DDP's other ranks
@@ -72,10 +71,8 @@ def quiet_third_party_notices() -> None:
     logger and model registry, and a deprecation inside Lightning's own code (``_pytree``) under this torch. Only at
     the process's entry point: a library must not change a caller's warning filters or logging."""
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
-    # Under DDP Lightning recommends sync_dist for every epoch-level value logged without it. These are global
-    # already: accuracy, NMI and ARI come from a torchmetrics Metric that reduces its counts over the ranks, the
-    # cluster sizes are reduced by the system, and every rank counts the same unconverged solves of the one global
-    # problem (DeepClustering._log_metrics, _log_sizes, on_train_epoch_end). Only their warnings are dropped.
+    # Under DDP Lightning recommends sync_dist for every epoch-level value logged without it; these are global
+    # already (DeepClustering._log_metrics, _log_sizes, on_train_epoch_end). Only their warnings are dropped.
     warnings.filterwarnings("ignore", message=r"It is recommended to use `self.log\('(train|val|heldout)/(acc|nmi|ari|"
                             r"size_min|size_max|size_entropy|size_error|sinkhorn_unconverged)(_distance|_potential)?', \.\.\., "
                             r"sync_dist=True\)`")

@@ -22,17 +22,15 @@ from lit_otclust.metrics import hungarian_accuracy
 class ClusterWriter(BasePredictionWriter):
     """Writes ``predictions.csv`` (one row per sample: index, cluster, label, matched class, distance).
 
-    The matched class is each cluster's class under the Hungarian matching computed on the
-    predicted samples' labels. Under DDP each rank writes ``predictions-rank{R}.csv`` and the
-    matching is that rank's; concatenate the files for the whole set. When the predicted samples
-    were read from files (the dataset has ``paths``, as :mod:`lit_otclust.data.folder`'s image
-    folders do), a ``file`` column names each sample's file. Where the data module names its classes
-    (``class_names``: an image folder's sub-folders, CIFAR-10's names), ``label_name`` and
-    ``matched_class_name`` follow ``label`` and ``matched_class``. A sample without a label (y = -1)
-    gets empty label and matched-class cells. After writing, ``path``, ``rows``, ``accuracy``
-    (the share of the labelled rows whose matched class is their label; None without labels) and
-    ``clusters`` (each cluster's rows and the name of its matched class, None where it has none) say
-    what was written, for :class:`RunSummary`.
+    The matched class is each cluster's class under the Hungarian matching computed on the predicted samples' labels.
+    Under DDP each rank writes ``predictions-rank{R}.csv`` and the matching is that rank's; concatenate the files for
+    the whole set. When the predicted samples were read from files (the dataset has ``paths``, as
+    :mod:`lit_otclust.data.folder`'s image folders do), a ``file`` column names each sample's file. Where the data
+    module names its classes (``class_names``: an image folder's sub-folders, CIFAR-10's names), ``label_name`` and
+    ``matched_class_name`` follow ``label`` and ``matched_class``. A sample without a label (y = -1) gets empty label
+    and matched-class cells. After writing, ``path``, ``rows``, ``accuracy`` (the share of the labelled rows whose
+    matched class is their label; None without labels) and ``clusters`` (each cluster's rows and the name of its matched
+    class, None where it has none) say what was written, for :class:`RunSummary`.
 
     Args:
         output_dir: folder for the file; the trainer's ``default_root_dir`` if None.

@@ -32,7 +32,6 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lit_otclust.startup import clear_sigterm, record_sigterm, take_sigterm
 
 
-
 @contextmanager
 def _staged(path: Path, tag: str) -> Iterator[Path]:
     """A temporary name ``.<name>.<tag>-<pid>`` beside ``path`` for the caller to write, renamed over ``path`` when
@@ -48,12 +47,8 @@ def _staged(path: Path, tag: str) -> Iterator[Path]:
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """``torch.save`` to ``.<name>.tmp-<pid>`` in the target's folder, fsync, then ``os.replace``.
-
-    The rename is atomic on POSIX file systems, so a reader (or a resumed job) sees either the
-    old checkpoint or the new one, never a partial file. Remote paths (``s3://...``) go through
-    Lightning's default writer.
-    """
+    """``torch.save`` to ``.<name>.tmp-<pid>`` in the target's folder, fsync, then ``os.replace``: a reader sees the
+    old checkpoint or the new one, never a partial file. Remote paths (``s3://...``) go through Lightning's writer."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
         if "://" in str(path):
@@ -70,21 +65,14 @@ class SignalCheckpoint(L.Callback):
     """Stops the run on SIGTERM at a batch boundary that every DDP rank agrees on, saves ``last.ckpt``, and (through
     the CLI) exits 143; also saves on Ctrl-C in a single process.
 
-    Lightning's own SIGTERM handler broadcasts from inside the handler: a rank interrupted while its peer waits in
-    another collective (the distributed Sinkhorn issues several a step, the loops' set-up a few barriers) waits
-    forever in a broadcast the peer never reaches, and the peer in a collective this rank never finishes, until the
-    job's time limit kills both without a requeue. Here no handler does any work. The entry point of ``fit`` blocks
-    SIGTERM in every thread (:func:`lit_otclust.startup.hold_sigterm`), so it waits, pending, and is taken at a
-    batch boundary; in a fit started in-process, Lightning's handler is replaced by one that only records it (and
-    forwards it to the processes Lightning's launcher started, as Lightning's does). At the end of every training
-    batch each rank reduces "SIGTERM received" with ``strategy.reduce_boolean_decision`` (one all-reduce of one
-    element, in the main flow, which every rank reaches in the same order), so all ranks learn of the signal at the
-    same batch, whichever of them got it, and stop together. The stop itself is Lightning's: its loops check
-    ``trainer.received_sigterm`` right after that hook and raise ``SIGTERMException`` where the progress counters
-    are consistent, so ``--ckpt_path last`` resumes with the next batch, exactly. A signal agreed on at an epoch's
-    last batch lets that epoch's evaluation and checkpoint run first, on every rank, and stops after the next batch.
-    A signal after the last training batch of the run lets it finish (exit 0). Bound: a stop lands within one
-    training batch, or one evaluation pass and a batch, of the signal.
+    Lightning's own SIGTERM handler broadcasts from inside the handler, which deadlocks a rank interrupted while its
+    peer waits in another collective. Here no handler does any work: ``fit``'s entry point holds SIGTERM pending
+    (:func:`lit_otclust.startup.hold_sigterm`); in a fit started in-process, Lightning's handler is replaced by one that
+    only records it (and forwards it to the launcher's processes). At the end of every training batch the ranks agree
+    on "SIGTERM received" by one ``strategy.reduce_boolean_decision`` and stop together, through Lightning's own
+    ``trainer.received_sigterm``, where the progress counters are consistent: ``--ckpt_path last`` resumes with the
+    next batch, exactly. At an epoch's last batch the epoch's evaluation and checkpoint run first; after the run's last
+    batch the run finishes (exit 0).
 
     Only these stops save: a run that fails (a NaN, a bug) keeps its last good checkpoint instead of overwriting it
     with the state that failed. Ctrl-C under DDP does not save: each rank is interrupted wherever it stands, so no

@@ -44,9 +44,7 @@ class OTClusterCLI(LightningCLI):
         argv = kwargs.get("args")
         argv = sys.argv[1:] if argv is None else argv
         # The subcommand named first (`fit --config ...`), whose parser is then the only one built: Lightning builds a
-        # whole parser (Trainer, model, data, callbacks) for each of fit, validate, test and predict, each as long to
-        # build as the config is to parse and instantiate. Anything else (`--help`, no subcommand, a typo) gets all four, so the help lists them and a wrong name is reported
-        # as before.
+        # whole parser for each subcommand. Anything else (`--help`, no subcommand, a typo) gets all four.
         named = isinstance(argv, (list, tuple)) and argv and argv[0] in LightningCLI.subcommands()
         self._only = argv[0] if named else None
         self._command = list(argv) if isinstance(argv, (list, tuple)) else None  # for the resume command (RunSummary)
@@ -111,10 +109,8 @@ class OTClusterCLI(LightningCLI):
                                              auto_insert_metric_name=False, save_last=True))
         bar_wanted = trainer_cfg.get("enable_progress_bar", True) is not False
         if bar_wanted and not any(isinstance(cb, ProgressBar) for cb in callbacks):
-            # Lightning's default bar redraws every step, a host-side cost on every step of a small model; every 10th
-            # step is still several redraws a second. Where stdout is not a terminal (a batch job's log file), each
-            # redraw is one more carriage-return segment in the log: there the bar is drawn at the end of each epoch
-            # only. A bar in trainer.callbacks replaces this one.
+            # Lightning's default bar redraws every step, a host-side cost for a small model; in a log file (not a
+            # terminal) each redraw is one more segment, so there it is drawn at each epoch's end only.
             callbacks.append(TQDMProgressBar(refresh_rate=10 if sys.stdout.isatty() else EPOCH_END_ONLY))
         if not any(isinstance(cb, SignalCheckpoint) for cb in callbacks):
             callbacks.append(SignalCheckpoint())

@@ -1,20 +1,10 @@
 """The :class:`ClusterFigures` callback: when the pictures of the clusters are drawn, and where they go.
 
-It embeds the fitted images and draws, with the functions of :mod:`lit_otclust.plots`,
-
-- ``gallery``: per cluster, the images nearest its center, one row per cluster;
-- ``confusion``: clusters x classes counts, rows ordered by the Hungarian-matched class;
-- ``embedding``: a 2-D PCA of the embeddings and centers, coloured by cluster and by class;
-- ``sizes``: the cluster sizes against the prescribed proportions w;
-- ``plan``: the Sinkhorn plan of one training batch (a loss with a plan, joint phase only,
-  :meth:`lit_otclust.losses.ClusteringLoss.plan`);
-
-and saves them as PNG (and to W&B when a ``WandbLogger`` is attached), with the confusion counts
-also as CSV (``confusion_<tag>.csv``, :func:`lit_otclust.runfiles.confusion_csv`), so how classes merge and split
-over the epochs can be read back as numbers (:func:`lit_otclust.runfiles.read_confusion_csv`). Clusters appear in the same
-order in every picture: those matched to class 0, 1, ... first, unmatched ones after. Classes are
-labelled by name where the data module names them (``class_names``: an image folder's
-sub-folders, CIFAR-10's names), else by number.
+It embeds the fitted images and draws the pictures of :mod:`lit_otclust.plots` (``FIGURE_NAMES``; ``plan`` for a
+loss with a plan, joint phase only), saved as PNG (and to W&B when a ``WandbLogger`` is attached), with the confusion
+counts also as CSV (:func:`lit_otclust.runfiles.confusion_csv`). Clusters appear in the same order in every picture:
+those matched to class 0, 1, ... first, unmatched ones after. Classes are labelled by name where the data module
+names them (``class_names``), else by number.
 """
 
 from __future__ import annotations
@@ -50,7 +40,6 @@ def _when(epoch: int | None) -> str:
     return "from a checkpoint" if epoch is None else f"epoch {epoch}"
 
 
-
 class _Snapshot(NamedTuple):
     """What every picture of one state of the model is drawn from (on the CPU)."""
 
@@ -65,18 +54,16 @@ class _Snapshot(NamedTuple):
 class ClusterFigures(L.Callback):
     """Pictures of the clusters of the fitted images: galleries, confusion matrix, PCA map, sizes, Sinkhorn plan.
 
-    When: at the end of every ``every_n_epochs``-th validation while fitting (0: never), and, with
-    ``final``, at the end of fit (``<name>_final.png``, a copy of the last drawing when nothing
-    trained since) and at the end of predict. Where: ``<default_root_dir>/figures/<name>_epochNNN.png``, and, with a
-    ``WandbLogger``, as ``wandb.Image`` under ``figures/<name>`` together with the cluster-size
-    histograms ``val/cluster_sizes`` (fitted samples) and ``heldout/cluster_sizes``. Only global
-    rank 0 embeds and draws; the module is left as it was (its train/eval modes restored, no
-    parameter or buffer written).
+    When: at the end of every ``every_n_epochs``-th validation while fitting (0: never), and, with ``final``, at the end
+    of fit (``<name>_final.png``, a copy of the last drawing when nothing trained since) and at the end of predict.
+    Where: ``<default_root_dir>/figures/<name>_epochNNN.png``, and, with a ``WandbLogger``, as ``wandb.Image`` under
+    ``figures/<name>`` together with the cluster-size histograms ``val/cluster_sizes`` (fitted samples) and
+    ``heldout/cluster_sizes``. Only global rank 0 embeds and draws; the module is left as it was (its train/eval modes
+    restored, no parameter or buffer written).
 
     Args:
         every_n_epochs: draw after the validation of epochs ``n - 1, 2n - 1, ...``; 0 turns that off.
-        final: draw at the end of fit and of predict; ``every_n_epochs=0, final=False``: no pictures at all
-            (e.g. a sweep of many short runs, where the end's drawing is a visible share of each).
+        final: draw at the end of fit and of predict; ``every_n_epochs=0, final=False``: no pictures at all.
         gallery_size: images per cluster in the gallery.
         max_points: embeddings in the PCA map (a seeded random subset when there are more).
     """
@@ -180,8 +167,7 @@ class ClusterFigures(L.Callback):
         if step == pl_module.global_step and len(index) == len(x):
             index = index.to(z.device)
             if bool(torch.bincount(index, minlength=len(x)).eq(1).all()):  # each sample once (not a DDP shard)
-                # On the module's device: at fit end Lightning's teardown has moved the module back to the CPU,
-                # while the evaluation left these on the GPU (a GPU fit's final pictures crashed on that).
+                # On the module's device: at fit end Lightning's teardown has moved the module back to the CPU.
                 return torch.empty_like(z).index_copy_(0, index, z).to(pl_module.device)
         return embed_samples(pl_module, x, eval_batch_size(pl_module.trainer.datamodule))
 

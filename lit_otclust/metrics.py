@@ -188,9 +188,8 @@ class HungarianAccuracy(Metric):
     (if :math:`K < C`) stay unmatched, and samples in an unmatched cluster count as errors.
 
     NMI (arithmetic-mean normalisation) and ARI are computed from the same table and agree with
-    ``sklearn.metrics.normalized_mutual_info_score`` and ``adjusted_rand_score``, including
-    their conventions for degenerate labellings. The state is only the (K, C) int64 table, so
-    memory is O(K C) whatever the number of samples.
+    ``sklearn.metrics.normalized_mutual_info_score`` and ``adjusted_rand_score``, including their conventions for
+    degenerate labellings. The state is only the (K, C) int64 table, so memory is O(K C) whatever the number of samples.
 
     Distributed evaluation:
         The table is summed across processes, so the result equals the single-process one only
@@ -205,10 +204,9 @@ class HungarianAccuracy(Metric):
         validate_args: check shapes, dtypes and ranges in ``update`` (costs a device sync).
         kwargs: further arguments of :class:`torchmetrics.Metric`.
 
-    ``update(preds, target)`` takes (N,) integer cluster ids and (N,) integer labels.
-    ``compute()`` returns ``{"acc", "nmi", "ari", "size_error"}`` as float32 scalars and ``"matching"``, a
-    (K,) long tensor giving the class of each cluster, -1 for unmatched clusters (so
-    ``matching[preds]`` reports predictions as class labels).
+    ``update(preds, target)`` takes (N,) integer cluster ids and (N,) integer labels. ``compute()`` returns ``{"acc",
+    "nmi", "ari", "size_error"}`` as float32 scalars and ``"matching"``, a (K,) long tensor giving the class of each
+    cluster, -1 for unmatched clusters (so ``matching[preds]`` reports predictions as class labels).
 
     Raises:
         ValueError: if ``num_clusters`` or ``num_classes`` is not a positive integer, or, in

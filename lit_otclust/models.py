@@ -18,9 +18,8 @@ WeightInit = Literal["torch", "glorot"]
 
 
 def _init_weights(module: nn.Module, weight_init: WeightInit) -> None:
-    """``glorot``: Glorot-uniform weights and zero biases, TensorFlow/Keras' defaults, which the paper's code
-    (TensorFlow: "the standard learning rate from TensorFlow") most likely had; ``torch``: PyTorch's defaults
-    (Kaiming-uniform with a = sqrt(5), bound 1/sqrt(fan_in): about half Glorot's at 784 -> 500)."""
+    """``glorot``: Glorot-uniform weights and zero biases, TensorFlow/Keras' defaults, which the paper's TensorFlow
+    code most likely had; ``torch``: PyTorch's defaults (Kaiming-uniform with a = sqrt(5))."""
     if weight_init == "torch":
         return
     if weight_init != "glorot":
@@ -41,9 +40,8 @@ def autoencoder_state(checkpoint: dict) -> dict[str, Tensor]:
 def _load_weights(module: nn.Module, weights: str | None) -> None:
     """Trained weights from ``weights`` (torchvision's word for it): a Lightning checkpoint of
     :class:`lit_otclust.system.DeepClustering` (its ``autoencoder.*`` entries, e.g. an AE + k-means run's
-    ``last.ckpt``), or the autoencoder's own ``state_dict`` saved by ``torch.save``. Loaded strictly: the
-    architecture must match. The file is unpickled (a Lightning checkpoint pickles its hyperparameters): load
-    files you trust."""
+    ``last.ckpt``), or the autoencoder's own ``state_dict`` saved by ``torch.save``. Loaded strictly: the architecture
+    must match. The file is unpickled (a Lightning checkpoint pickles its hyperparameters): load files you trust."""
     if weights is None:
         return
     if not Path(weights).is_file():
@@ -71,11 +69,9 @@ def _mlp(widths: Sequence[int], last_activation: bool) -> nn.Sequential:
 class MLPAutoencoder(nn.Module):
     """Fully connected autoencoder, ``d-500-250-p`` and its mirror (the paper's MNIST model).
 
-    The reconstruction is linear (no activation), so the decoder can output any pixel scaling. The
-    latent layer is linear by default, as in DEC/DKM, so the embedding can take any sign; the paper's
-    "500-250-10-250-500 structure and ReLU activation" can also be read as a ReLU on it too
-    (``latent_activation="relu"``: the embedding in the nonnegative orthant), a choice the recipe
-    study measures.
+    The reconstruction is linear (no activation), so the decoder can output any pixel scaling. The latent layer is
+    linear by default, as in DEC/DKM; the paper's "500-250-10-250-500 structure and ReLU activation" can also be read
+    as a ReLU on it (``latent_activation="relu"``).
 
     Args:
         input_shape: shape of one sample; it is flattened, e.g. ``(784,)`` or ``(1, 28, 28)``.
@@ -84,9 +80,8 @@ class MLPAutoencoder(nn.Module):
         weight_init: ``torch`` (PyTorch's layer defaults) or ``glorot`` (TensorFlow's).
         latent_activation: ``linear`` (none, the default) or ``relu`` on the embedding.
         weights: a file of trained weights for this architecture, loaded after the initialisation
-            (:func:`_load_weights`): a pre-training made elsewhere, e.g. with another optimiser, that a
-            run then clusters with ``phases.pretrain_epochs: 0``. Such a run's checkpoints name the file too,
-            and whatever rebuilds the model from them reads it first: where it is gone, set ``weights`` to null.
+            (:func:`_load_weights`), e.g. a pre-training made elsewhere that a run clusters with
+            ``phases.pretrain_epochs: 0``. Its checkpoints name the file; where it is gone, set ``weights`` to null.
     """
 
     def __init__(self, input_shape: Sequence[int] = (784,), hidden_dims: Sequence[int] = (500, 250),
@@ -113,11 +108,10 @@ class MLPAutoencoder(nn.Module):
 class ConvAutoencoder(nn.Module):
     """Convolutional autoencoder (the paper's CIFAR-10 model).
 
-    Encoder: three stride-2 convolutions with ``channels = (32, 64, 128)`` and
-    ``kernel_sizes = (5, 5, 3)``, ReLU, then a linear layer to ``latent_dim``. Decoder: a linear
-    layer back to the last feature map, then the mirror transposed convolutions; the last one has
-    no activation. Paddings ``k // 2`` (and output paddings) make each stride-2 layer halve or
-    double the side exactly, so 32 -> 16 -> 8 -> 4 and back.
+    Encoder: three stride-2 convolutions with ``channels = (32, 64, 128)`` and ``kernel_sizes = (5, 5, 3)``, ReLU, then
+    a linear layer to ``latent_dim``. Decoder: a linear layer back to the last feature map, then the mirror transposed
+    convolutions; the last one has no activation. Paddings ``k // 2`` (and output paddings) make each stride-2 layer
+    halve or double the side exactly, so 32 -> 16 -> 8 -> 4 and back.
 
     Args:
         input_shape: ``(C, H, W)`` with H and W divisible by ``2 ** len(channels)``.

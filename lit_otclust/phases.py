@@ -59,9 +59,7 @@ class PhaseSwitch(L.Callback):
             current embedding by size-constrained k-means with the model's proportions (the ``"constrained"``
             initialisation) and their Adam state is dropped. The loss's potentials are left to follow the new centers
             over the epoch's batches. Default (None): the last joint epoch where the loss constrains the sizes to a
-            non-uniform w, none otherwise; ``[]``: never. Why: on the trained embeddings of OT told the true w, that
-            partition costs less transport than the trained centers' own and scores higher (RESULTS.md, "Known
-            cluster proportions"); with a uniform w it is unmeasured, so not the default there.
+            non-uniform w, none otherwise; ``[]``: never. Why: RESULTS.md, "Known cluster proportions".
         warmup_steps: optimizer steps over which the joint phase's learning rates ramp linearly from 1/warmup_steps
             of their value up to it (0: none). Why: the switch restarts the optimisation, and a restarted Adam's first
             steps move every weight by about the learning rate whatever its gradient (its second moments start at

@@ -1,8 +1,7 @@
 """One pre-training for the runs that would each repeat it: ``--pretrain_cache DIR``.
 
 The (p) configs of one seed pre-train the same autoencoder on the same batches; OT, soft k-means and their variants
-differ only from the switch to the joint phase on (their records agree to the last digit over the 50 pre-training
-epochs). With a cache folder, a fit
+differ only from the switch to the joint phase on. With a cache folder, a fit
 
 - whose pre-training DIR holds, and which has no checkpoint of its own, starts from it as a run resumed at the switch:
   the same weights, Adam state, scheduler, data order and epoch count, so it ends where the run that pre-trains itself

@@ -14,10 +14,6 @@ paper's Algorithm 1 (:func:`sinkhorn_algorithm1`), or for a fixed number of warm
 
 Potentials follow the ott-jax convention :math:`P_{ik} = \exp((f_i + g_k - C_{ik}) / \epsilon)`, in cost
 units, so :math:`\arg\max_k P_{ik} = \arg\min_k (C_{ik} - g_k)`.
-
-Longer than the project's other files on purpose: the three solvers share the weights' checks, the rank group, the
-working precision and the gauge, and the solve to tolerance (epsilon scaling, in-place iterations, Newton finish)
-is one algorithm; split, each part would need the others' internals.
 """
 from __future__ import annotations
 
@@ -47,13 +43,12 @@ _EXP_FLOOR = {torch.float32: -80.0, torch.float64: -300.0}
 _TINY = {torch.float32: 1e-30, torch.float64: 1e-250}
 # The semi-dual F is a sum of n + K products computed in the working precision: near the optimum a Newton step
 # changes it by less than its rounding, relatively ~1e-7 * n in float32. Within this much (relative), F counts as
-# level, and a step that lowers the marginal error is progress. 1e-13 alone made float32 solves reject every step
-# on rounding noise and stall (hypothesis found n = K = 2, eps = 1.6: error 6e-5 after 1000 steps).
+# level, and a step that lowers the marginal error is progress (float64's 1e-13 would stall float32 on rounding).
 _F_ROUNDING = {torch.float32: 1e-5, torch.float64: 1e-13}
 
 
 class NonFiniteCostError(ValueError):
-    """The cost matrix holds NaN or inf: the embeddings or the centers diverged (a ValueError, as before)."""
+    """The cost matrix holds NaN or inf: the embeddings or the centers diverged."""
 
 
 class SinkhornResult(NamedTuple):
@@ -74,8 +69,8 @@ class SinkhornResult(NamedTuple):
     converged: bool
 
     def detach(self) -> SinkhornResult:
-        """This result with ``plan``, ``f`` and ``g`` cut from the graph. Built field by field, not by ``_replace``:
-        torch 2.11's ``torch.compile`` fails on returning a tuple that ``_replace`` made in the compiled function."""
+        """This result with ``plan``, ``f`` and ``g`` cut from the graph (field by field: ``torch.compile`` fails on
+        a tuple that ``_replace`` made)."""
         return SinkhornResult(self.plan.detach(), self.f.detach(), self.g.detach(), self.n_iter, self.marginal_error,
                               self.converged)
 
@@ -340,9 +335,8 @@ def _newton(cost, a, b, g, eps, max_steps, tol, reg_m, group):
                 if ok and (trial_value >= value + 1e-4 * slope or (new_err < err and trial_value >= value - rounding)):
                     f, plan, g, grad = trial[:4]
                     value, err = trial_value, new_err
-                    # Relax by 3, not by the 10 it grows by: late in training (plans nearly hard) /10 undershot
-                    # the next step's damping about every other step: 32 factorisations a warm solve against 23,
-                    # ~20% of its time (the removed benchmarks/bench_warm_sinkhorn.py; git log keeps it).
+                    # Relax by 3, not by the 10 it grows by: with nearly hard plans /10 undershoots the next
+                    # step's damping and costs refactorisations.
                     damping = max(damping / 3.0, 1e-12)
                     break
             damping *= 10.0
@@ -413,11 +407,9 @@ def sinkhorn(
     about 1.2e-7 * max|C|, which makes every plan entry relatively wrong by that over epsilon; when this
     exceeds ``tol`` the solve runs in float64 internally, and results come back in ``cost``'s dtype.
 
-    Speed at small epsilon: without a warm start, epsilon scaling starts at the cost's spread and halves
-    towards ``epsilon``, a few Sinkhorn iterations per stage. At the target, ``check_every`` Sinkhorn
-    iterations are followed by damped Newton steps on g (see :func:`_newton`), each of which checks the
-    error against ``tol``: Sinkhorn alone needs thousands of iterations at the paper's eps = 1e-2, these
-    a handful. Rows are always enforced exactly.
+    Speed at small epsilon: without a warm start, epsilon scaling halves epsilon from the cost's spread, a few
+    iterations per stage; at the target, ``check_every`` iterations are followed by damped Newton steps on g
+    (:func:`_newton`), each checking the error against ``tol``. Rows are always enforced exactly.
 
     Args:
         cost: (n, K) cost, finite. With ``distributed``, this rank's rows of the global cost.
@@ -435,10 +427,8 @@ def sinkhorn(
             column updates and the error are reduced over ranks, so each rank gets its rows of the plan
             a single process would compute on the concatenated cost, and the same ``g``.
         warn: emit a ``RuntimeWarning`` if the tolerance is not reached.
-        dtype: the working precision; None picks float64 when float32 cannot resolve ``tol`` (above). Forcing
-            float32 where the rule picks float64 leaves the error at float32's floor: the removed
-            ``benchmarks/bench_precision.py`` (git log keeps it) measured that slower (the iterations run out) and less
-            accurate at the paper's settings.
+        dtype: the working precision; None picks float64 when float32 cannot resolve ``tol`` (above). Forced
+            float32 leaves the error at float32's floor.
 
     Returns:
         :class:`SinkhornResult`; differentiable (unrolled) if ``cost`` requires grad and grad is enabled.
@@ -465,8 +455,7 @@ def sinkhorn(
         raise ValueError("unrolled gradients need the whole batch in one process; detach the cost "
                          "(or use gradient='envelope') with distributed=True")
     n, k = cost.shape
-    # The host syncs of a solve are counted (benchmarks/gpu_check.sh's profile): on a GPU each one stalls the
-    # queue, so the checks below read back together and the default weights need none.
+    # On a GPU each host sync stalls the queue, so the checks below read back together and default weights need none.
     work_dtype = _work_dtype(cost, epsilon, tol, group)  # also raises on a non-finite cost
     dtype = work_dtype if dtype is None else dtype
     a, a_zero = _check_weights(a, n, "a", group, cost)

@@ -1,22 +1,18 @@
 """The loggers of a fit (:func:`default_loggers`: CSV and W&B; :class:`RunConfig`: the W&B run's config, tags and
 axes), and W&B logging that survives pre-emption: one W&B run per training run, whatever stops and resumes it.
 
-SLURM pre-empts a job by sending SIGTERM to every process of the job, W&B's service (``wandb-core``, a child of
-rank 0) included, which exits on it. The fit itself holds SIGTERM until a batch boundary and stops there
-(:class:`lit_otclust.checkpointing.SignalCheckpoint`), but the logging in between (an epoch's validation metrics, its
-figures) then meets a closed socket: ``ConnectionResetError`` out of ``log_metrics``, and a run that should have
-saved and requeued fails with exit 1. The service cannot be shielded from the job's signal from inside the job (it
-runs in its own session already, SLURM's process tracking signals every descendant, and the Go runtime unblocks
-SIGTERM however it was started), so the logging is what must not fail:
+SLURM pre-empts a job by sending SIGTERM to every process of the job, W&B's service (``wandb-core``) included, which
+exits on it. The fit holds SIGTERM until a batch boundary (:class:`lit_otclust.checkpointing.SignalCheckpoint`), but
+the logging in between then meets a closed socket, and a run that should have saved and requeued fails. The service
+cannot be shielded from the job's signal, so the logging is what must not fail:
 
 - :class:`ResumableWandbLogger` catches the errors of a gone service, warns once, and logs nothing more to W&B in
   this process; the CSV log and the checkpoints go on, and the run stops, saves and exits 143 as it would.
 - It keeps the W&B run's id in ``<root>/wandb/resume.json``. A resumed fit (``--ckpt_path``) continues the same W&B
   run (same id, ``resume="allow"``), and its first log sends W&B the rows of the earlier attempts' CSV logs that W&B
-  does not hold: the W&B run holds the whole curve, as the CSV logs do. What W&B holds is read, not assumed: a
-  service that exits on SIGTERM loses what it had not written yet (seen: an attempt's whole offline file, rows
-  logged seconds before included). Offline, from the earlier attempts' run files (:func:`read_run_file`); online,
-  from the resumed run's summary (its last ``trainer/global_step``).
+  does not hold: the W&B run holds the whole curve, as the CSV logs do. What W&B holds is read, not assumed (a
+  service killed by SIGTERM loses what it had not written): offline, from the earlier attempts' run files
+  (:func:`read_run_file`); online, from the resumed run's summary (its last ``trainer/global_step``).
 """
 
 from __future__ import annotations
@@ -261,9 +257,8 @@ def default_loggers(root: Path, name: str, log_model: bool | Literal["all"] = Fa
         log_model = False
     wandb_dir = root / "wandb"
     wandb_dir.mkdir(parents=True, exist_ok=True)
-    # Not offline=True: W&B reads WANDB_MODE=offline itself, and WandbLogger's offline=True rewrites it to "dryrun"
-    # after the service started early read the environment (startup.py), which wandb.init answers with a warning
-    # that the change is ignored.
+    # Not offline=True: W&B reads WANDB_MODE=offline itself, and WandbLogger's offline=True would rewrite it after
+    # the service (started early, startup.py) read it, which wandb.init warns about.
     wandb_logger = ResumableWandbLogger(root, csv_logger, resume, project=os.environ.get("WANDB_PROJECT", "lit_otclust"),
                                         name=name, save_dir=str(root), log_model=log_model, group=group,
                                         job_type=job_type, tags=tags or None)
@@ -294,8 +289,6 @@ class RunConfig(SaveConfigCallback):
             return
         config = json.loads(self.parser.dump(self.config, format="json", skip_none=False))
         config.pop("config", None)  # the paths of the config files, whose content is the rest
-        # A study's fit names its study file (wandb.study), not the file's content: its `set` may hold a value that
-        # the grid replaced, and this config is what ran.
         tags = run_tags(config, getattr(pl_module, "loss", None))
         for logger in loggers:
             try:

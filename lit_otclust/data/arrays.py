@@ -29,11 +29,6 @@ def _npy_header(fh) -> tuple[tuple[int, ...], np.dtype]:
     return tuple(shape), dtype
 
 
-def _npz_keys(path: Path) -> list[str]:
-    with zipfile.ZipFile(path) as archive:
-        return [name.removesuffix(".npy") for name in archive.namelist()]
-
-
 def _load_pt(path: Path):
     try:
         # mmap: a look at the shape (in __init__) does not read the whole file.
@@ -73,12 +68,13 @@ class _ArrayFile:
                 array = np.load(self.path, mmap_mode="r", allow_pickle=False)
                 return tuple(array.shape), array.dtype.name
             if self.kind == ".npz":
-                keys = _npz_keys(self.path)
-                if "x" not in keys:
-                    raise ValueError(f"no array 'x' (it has {keys}); save the images as x, "
-                                     f"e.g. np.savez(path, x=images, y=labels)")
-                with zipfile.ZipFile(self.path) as archive, archive.open("x.npy") as fh:
-                    shape, dtype = _npy_header(fh)
+                with zipfile.ZipFile(self.path) as archive:
+                    keys = [name.removesuffix(".npy") for name in archive.namelist()]
+                    if "x" not in keys:
+                        raise ValueError(f"no array 'x' (it has {keys}); save the images as x, "
+                                         f"e.g. np.savez(path, x=images, y=labels)")
+                    with archive.open("x.npy") as fh:
+                        shape, dtype = _npy_header(fh)
                 return shape, dtype.name
             x = _pt_entry(_load_pt(self.path), self.path, "x", self.setting)
             if x is None:
@@ -141,15 +137,14 @@ class ArrayDataModule(UserDataModule):
     """Images or features from an array file: .npy, .npz (``x``, optional ``y``) or .pt (a tensor, or a dict
     with ``x``, ``y``); arrays in memory: :meth:`from_arrays`.
 
-    Samples are features shaped (N, d) (a pretrained network's embeddings: ``input_shape`` (d,), for the
-    MLP autoencoder) or images shaped (N, H, W) (one channel), (N, H, W, C) or (N, C, H, W), uint8
-    (divided by 255) or float (taken as they are); they become float32 (N, d) or (N, C, H, W). A 4-d
-    array is read as channels-last when its last axis has 1, 3 or 4 entries and its second more than 4
-    (``channels_last`` overrides that guess). ``scaling="standard"`` standardises each channel of images
-    and each feature of features. Labels, from ``labels_path`` (a .npy, .npz with ``y``,
-    or .pt tensor or dict with ``y``) or from the ``y`` inside the image file, are integers >= 0,
-    one per image; their distinct values in increasing order are classes 0..C-1 (``classes`` keeps
-    the values). The file's header (and the labels) are read in ``__init__``; the images in ``setup``.
+    Samples are features shaped (N, d) (a pretrained network's embeddings: ``input_shape`` (d,), for the MLP
+    autoencoder) or images shaped (N, H, W) (one channel), (N, H, W, C) or (N, C, H, W), uint8 (divided by 255) or float
+    (taken as they are); they become float32 (N, d) or (N, C, H, W). A 4-d array is read as channels-last when its last
+    axis has 1, 3 or 4 entries and its second more than 4 (``channels_last`` overrides that guess).
+    ``scaling="standard"`` standardises each channel of images and each feature of features. Labels, from
+    ``labels_path`` (a .npy, .npz with ``y``, or .pt tensor or dict with ``y``) or from the ``y`` inside the image file,
+    are integers >= 0, one per image; their distinct values in increasing order are classes 0..C-1 (``classes`` keeps
+    the values).
 
     Args:
         path: the file of images or features.
@@ -187,16 +182,14 @@ class ArrayDataModule(UserDataModule):
         shape, self._layout = self._check_images(self._file, channels_last)
         self.input_shape = shape[1:]
         self._labels = self._read_labels(self._file, labels_path, "labels_path", shape[0])
-        classes = None
+        self.classes = None
         if self._labels is not None:
             values = torch.unique(self._labels)  # sorted
             self.classes = values.tolist()
             self._labels = torch.searchsorted(values, self._labels)  # values -> 0..C-1
-            classes = self.classes
         else:
             self._labels = torch.full((shape[0],), NO_LABEL, dtype=torch.int64)
-            self.classes = None
-        self.num_classes = self._resolve_num_classes(num_classes, classes, self._file.where)
+        self.num_classes = self._resolve_num_classes(num_classes, self.classes, self._file.where)
         self._heldout_file = None
         if heldout_path is not None:
             self._heldout_file = _ArrayFile(Path(heldout_path), "heldout_path")
@@ -227,9 +220,8 @@ class ArrayDataModule(UserDataModule):
                     **loader: Any) -> ArrayDataModule:
         """The module of samples already in memory: ``x`` as the file's ``x``, ``y`` as its labels (or None).
 
-        The same shapes, dtypes, labels and loader settings as a file (the class docstring); ``x`` is copied
-        in ``setup``, so the caller's array is never written to. :class:`lit_otclust.OTClustering` fits
-        through it.
+        The same shapes, dtypes, labels and loader settings as a file (the class docstring); ``x`` is copied in
+        ``setup``, so the caller's array is never written to. :class:`lit_otclust.OTClustering` fits through it.
 
         Example:
             >>> module = ArrayDataModule.from_arrays(np.zeros((6, 3), dtype=np.float32), num_classes=2, batch_size=2)
@@ -239,10 +231,8 @@ class ArrayDataModule(UserDataModule):
         return cls(_InMemoryArrays(x, y), channels_last=channels_last, num_classes=num_classes, **loader)
 
     @staticmethod
-    def _check_images(file: _ArrayFile | _InMemoryArrays,
-                      channels_last: bool | None) -> tuple[tuple[int, ...], str]:
-        """(N, d) or (N, C, H, W), and the layout ("nd", "nhw", "nhwc" or "nchw") of a file's samples, from its
-        header."""
+    def _check_images(file: _ArrayFile | _InMemoryArrays, channels_last: bool | None) -> tuple[tuple[int, ...], str]:
+        """(N, d) or (N, C, H, W), and the layout ("nd", "nhw", "nhwc" or "nchw") of a file's samples."""
         shape, dtype = file.header()
         where = file.where
         kind = "features" if len(shape) == 2 else "images"

@@ -29,18 +29,16 @@ SCALINGS = ("unit", "standard")
 class InMemoryDataModule(L.LightningDataModule):
     """What every data module here shares: samples held as tensors, seeded subsets, the loaders.
 
-    A subclass reads its samples in ``setup`` into ``fit_set`` (the samples clustered) and
-    ``heldout_set`` (scored out of sample; None where there is none; ``heldout_offset`` where it is
-    ``fit_set``'s tail from that index on) and states ``num_classes``
-    and ``input_shape`` as class attributes or in ``__init__``, so LightningCLI's
-    ``link_arguments(..., apply_on="instantiate")`` can read them off the instance. Once it knows how
-    many samples it could fit, its ``__init__`` calls :meth:`_check_subset`.
+    A subclass reads its samples in ``setup`` into ``fit_set`` (the samples clustered) and ``heldout_set`` (scored out
+    of sample; None where there is none; ``heldout_offset`` where it is ``fit_set``'s tail from that index on) and
+    states ``num_classes`` and ``input_shape`` as class attributes or in ``__init__``, so LightningCLI's
+    ``link_arguments(..., apply_on="instantiate")`` can read them off the instance. Once it knows how many samples it
+    could fit, its ``__init__`` calls :meth:`_check_subset`.
 
     Args:
         batch_size: training batch size m (the paper: 300).
         eval_batch_size: batch size of the validation, test and predict loaders (and of the embedding
-            passes of the k-means init and the pictures); None: ``default_eval_batch_size``, the fastest
-            measured for the data set (evaluation is memory-bound: larger batches spill the caches).
+            passes of the k-means init and the pictures); None: ``default_eval_batch_size``.
         subset: if set, a seeded subset of that many fitted samples, class-stratified where there
             are labels (see the subclass for the held-out set).
         class_proportions: if set, a seeded per-class subsample of the fitted samples whose
@@ -75,10 +73,8 @@ class InMemoryDataModule(L.LightningDataModule):
     num_classes: int
     input_shape: tuple[int, ...]
     _no_heldout_hint = ""  # how to give this module a held-out set, for the error of test_dataloader
-    # Evaluation batches, unless eval_batch_size says otherwise. An evaluation pass is memory-bound: a batch's
-    # activations (batch x the widest layer) should stay in cache, which a conv encoder's outgrow at far fewer images
-    # than the MLP's (python -m benchmarks.bench_data --eval-sizes; benchmarks/README.md, "Data pipeline and evaluation").
-    # 500 for images of unknown shape; MNISTDataModule takes 2,000.
+    # Evaluation is memory-bound: a batch's activations should stay in cache (benchmarks/README.md, "Data pipeline
+    # and evaluation").
     default_eval_batch_size = DEFAULT_EVAL_BATCH_SIZE
 
     def __init__(
@@ -183,10 +179,7 @@ class InMemoryDataModule(L.LightningDataModule):
     # --- loaders -------------------------------------------------------------------------------
 
     def _move_to_device(self, dataset: InMemoryDataset) -> None:
-        """``on_device``: move the dataset's tensors to the trainer's device, once (a no-op when there already).
-
-        Outside a Trainer (``self.trainer`` is None) they stay where they are.
-        """
+        """``on_device``: move the dataset's tensors to the trainer's device, once; outside a Trainer they stay."""
         if self.trainer is None:
             return
         device = self.trainer.strategy.root_device
@@ -202,8 +195,7 @@ class InMemoryDataModule(L.LightningDataModule):
             self._move_to_device(dataset)
         common = dict(collate_fn=passthrough, num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
         if train:
-            # drop_last keeps every batch at batch_size, so the OT cluster-size marginal applies to
-            # a full batch. Under DDP, Lightning swaps the RandomSampler for a DistributedSampler.
+            # Under DDP, Lightning swaps the sampler for a DistributedSampler.
             sampler = EpochShuffleSampler(dataset, self.seed)
             return ResumableLoader(dataset, batch_size=self.batch_size, sampler=sampler, drop_last=self.drop_last, **common)
         sampler = None
@@ -226,7 +218,7 @@ class InMemoryDataModule(L.LightningDataModule):
 
         Where the held-out samples are the tail of the fitted ones (``heldout_offset`` set: fit_split
         "all" or "test", whole), only the fitted loader: the system scores ``heldout/*`` on the tail of
-        that pass instead of embedding the same images twice (10k of 80k MNIST images an epoch).
+        that pass instead of embedding the same images twice.
         """
         if self.fit_set is not None and (self.heldout_set is None or self.heldout_offset is not None):
             return [self._loader(self.fit_set, train=False)]

@@ -16,21 +16,15 @@ Every file is decoded with PIL into values in [0, 1], by these rules:
 - channels: ``grayscale`` reads PIL's ``L`` (ITU-R 601-2 luma), else ``RGB``; a single-channel
   16-bit, 32-bit or float image is repeated into the three channels.
 
-PIL for every format, not ``torchvision.io.decode_image``: torchvision 0.29 deprecates its decoders
-(a warning on each call), reads no TIFF, BMP or PGM, and, tried here, dropped the alpha of WebP and
-GIF images and returned a transparent palette PNG as one channel. What it reads better, 16-bit
-colour PNGs, PIL reads at 8 bits a channel (the top byte: the range right, to within 1/255).
+PIL for every format, not ``torchvision.io.decode_image``: torchvision's decoders are deprecated, read no TIFF, BMP or
+PGM, and drop the alpha of WebP and GIF images. 16-bit colour PNGs are read at 8 bits a channel (the top byte).
 
-Unreadable files. ``__init__`` decodes every file (the fitted and the held-out ones) before
-anything runs: a header can read fine in a truncated file, and LightningCLI builds the data module
-before the trainer and its loggers. If any file fails, :class:`UnreadableImagesError` lists the
-count and the first files with their reasons, and the full list (``<path><TAB><reason>`` lines)
-is written to ``<temp dir>/lit_otclust/unreadable-<folder name>-<hash of its path>.txt``
-(:func:`unreadable_list_path`), never into the image folder; the CLI prints it without a
-traceback. With ``skip_unreadable=True`` the readable files are used instead, with one warning
-naming the count and that file; ``predict`` then has no row for the skipped files. Files are
-only read, never moved or changed. The check costs one decode of each file, less than ``setup``
-then spends building their tensors (which decodes and resizes them again).
+Unreadable files. ``__init__`` decodes every file (fitted and held-out) before anything runs: a header can read fine in
+a truncated file, and LightningCLI builds the data module before the trainer and its loggers. If any file fails,
+:class:`UnreadableImagesError` names the count and the first files with their reasons, and the full list
+(``<path><TAB><reason>`` lines) is written to the temp folder (:func:`unreadable_list_path`), never into the image
+folder. With ``skip_unreadable=True`` the readable files are used instead, with one warning; ``predict`` then has no row
+for the skipped files. Files are only read, never moved or changed.
 
 Images of unequal size. Every image is resized to ``image_size`` (H, W), by default the size of
 the first image in sorted path order, with ``torchvision.transforms.v2.functional.resize(...,
@@ -158,11 +152,6 @@ def _readable(paths: list[Path], labels: list[int], bad: set[Path]) -> tuple[lis
     return [paths[i] for i in kept], [labels[i] for i in kept]
 
 
-def _image_size(path: Path) -> tuple[int, int]:
-    """(H, W) of an image as decoded (after its EXIF orientation)."""
-    return tuple(_read_image(path, grayscale=True).shape[1:])
-
-
 class ImageFolderDataModule(UserDataModule):
     """Images from a folder: one sub-folder per class (torchvision's ImageFolder layout), or unlabelled.
 
@@ -172,13 +161,11 @@ class ImageFolderDataModule(UserDataModule):
         data_dir/cat/002.jpg
         data_dir/dog/abc.png
 
-    the classes are the sub-folders in sorted order (``classes``), images found recursively
-    inside each; images lying directly in ``data_dir`` are not used. Unlabelled
-    (``labelled=False``): every image under ``data_dir`` (recursively), labels -1, and
-    ``num_classes`` gives the number of clusters. Files are taken in sorted path order; the fitted
-    images' paths are ``fit_set.paths`` (and ``paths`` lists every readable file found), so
-    predictions name their files. Decoding: the module docstring (bit depth, transparency, EXIF
-    orientation); every file is decoded once in ``__init__`` to check it, and again in ``setup``.
+    the classes are the sub-folders in sorted order (``classes``), images found recursively inside each; images lying
+    directly in ``data_dir`` are not used. Unlabelled (``labelled=False``): every image under ``data_dir``
+    (recursively), labels -1, and ``num_classes`` gives the number of clusters. Files are taken in sorted path order;
+    the fitted images' paths are ``fit_set.paths`` (and ``paths`` lists every readable file found), so predictions name
+    their files. Decoding: the module docstring.
 
     Args:
         data_dir: the folder of images.
@@ -244,8 +231,7 @@ class ImageFolderDataModule(UserDataModule):
                                      f"data_dir={str(self.data_dir)!r} lacks (its classes: {preview(self.classes)})")
                 # The held-out folder may lack classes: number its labels by data_dir's classes.
                 heldout_labels = [self.classes.index(heldout_classes[label]) for label in heldout_labels]
-        # Here, not in setup: LightningCLI builds the data module before the trainer and its loggers, so a bad file
-        # stops the run before a W&B run exists, and every bad file is named at once.
+        # Here, not in setup: a bad file stops the run before a W&B run exists (module docstring).
         found = len(self.paths) + len(self._heldout_paths or [])
         self.unreadable = _unreadable(self.paths + (self._heldout_paths or []), grayscale)
         self.unreadable_list = self._write_unreadable_list()
@@ -258,7 +244,7 @@ class ImageFolderDataModule(UserDataModule):
         self._labels = torch.tensor(labels, dtype=torch.int64)  # (N,)
         self._heldout_labels = torch.tensor(heldout_labels, dtype=torch.int64)
         if image_size is None:
-            image_size = _image_size(self.paths[0])
+            image_size = tuple(_read_image(self.paths[0], grayscale=True).shape[1:])  # (H, W) as decoded
         elif isinstance(image_size, int):
             image_size = (image_size, image_size)
         if len(image_size) != 2 or min(image_size) < 1:
@@ -301,7 +287,7 @@ class ImageFolderDataModule(UserDataModule):
         for i, path in enumerate(paths):
             image = _read_image(path, self.grayscale)  # (C, h, w), uint8 or float32
             if tuple(image.shape[1:]) != self.image_size:
-                # A uint8 image is resized as uint8 (rounded), as before deeper images were read: the same pixels.
+                # A uint8 image is resized as uint8 (rounded).
                 image = resize(image, list(self.image_size), antialias=True)
                 resized.append(path)
             images[i] = self._to_float(image[None])[0]
@@ -314,14 +300,14 @@ class ImageFolderDataModule(UserDataModule):
         """Decode the fitted (and held-out) images into float tensors, once for every stage."""
         if self.fit_set is not None:
             return
-        keep = self._fit_indices(self._labels)
-        fit_pos = list(range(len(self.paths))) if keep is None else keep.tolist()
-        fit_paths = [self.paths[i] for i in fit_pos]
-        fit = (self._decode(fit_paths), self._labels[fit_pos], [str(p) for p in fit_paths])
+        fit = self._load(self.paths, self._labels, self._fit_indices(self._labels))
         heldout = None
         if self._heldout_paths is not None:
-            keep = self._heldout_indices(self._heldout_labels)
-            pos = list(range(len(self._heldout_paths))) if keep is None else keep.tolist()
-            paths = [self._heldout_paths[i] for i in pos]
-            heldout = (self._decode(paths), self._heldout_labels[pos], [str(p) for p in paths])
+            heldout = self._load(self._heldout_paths, self._heldout_labels, self._heldout_indices(self._heldout_labels))
         self._build(fit, heldout)
+
+    def _load(self, paths: list[Path], labels: Tensor, keep: Tensor | None) -> tuple[Tensor, Tensor, list[str]]:
+        """(images, labels, paths) of the files at ``keep`` (all if None)."""
+        pos = list(range(len(paths))) if keep is None else keep.tolist()
+        chosen = [paths[i] for i in pos]
+        return self._decode(chosen), labels[pos], [str(p) for p in chosen]

@@ -1,8 +1,7 @@
 """Serving samples held in memory: the dataset, the resumable training loader and its sampler.
 
-A batch is a single gather of rows of one float32 tensor, never a per-sample PIL decode: an epoch
-of MNIST in batches of 300 costs under 0.1 s on a 2-core CPU (``benchmarks/bench_data.py``),
-against about 3 s through torchvision's per-sample path.
+A batch is a single gather of rows of one float32 tensor, never a per-sample PIL decode
+(benchmarks/README.md, "Data pipeline and evaluation").
 """
 
 from __future__ import annotations
@@ -54,32 +53,20 @@ class InMemoryDataset(Dataset):
             return _gather_on_device(self.x, self.y, indices)
         index = np.asarray(indices, dtype=np.int64)  # (B,)
         if len(index) and index[-1] - index[0] == len(index) - 1 and (np.diff(index) == 1).all():
-            # A run of consecutive samples (every evaluation batch without DDP): views of the stored tensors,
-            # not a copy; an MNIST evaluation otherwise copies its 70k images (220 MB) once more per epoch.
-            # Nothing downstream writes into a batch in place.
+            # A run of consecutive samples (every evaluation batch without DDP): views, not a copy of the whole
+            # set once more per epoch. Nothing downstream writes into a batch in place.
             rows = slice(int(index[0]), int(index[-1]) + 1)
             return self.x[rows], self.y[rows], torch.from_numpy(index)
-        # numpy's gather runs on one thread. torch's spreads a ~1 MB copy over all intra-op
-        # threads, and on a busy 2-core machine the hand-off cost 30x the copy (1.6 s vs 0.05 s
-        # per MNIST epoch); the model, not the data, should have those threads.
+        # numpy's gather runs on one thread; torch's spreads a small copy over all intra-op threads, whose
+        # hand-off costs far more than the copy on a busy machine. The model should have those threads.
         x = torch.from_numpy(self.x.numpy()[index])  # (B, *input_shape)
         y = torch.from_numpy(self.y.numpy()[index])  # (B,)
         return x, y, torch.from_numpy(index)
 
 
 def _gather_on_device(x: Tensor, y: Tensor, indices: Sequence[int]) -> Batch:
-    """One batch gathered by torch on the device the tensors lie on (``on_device``).
-
-    On a GPU this is one index gather in device memory: no gather on the host and no
-    host-to-device copy of the batch (only the B indices travel).
-
-    Args:
-        x: inputs (N, *input_shape); y: labels (N,), on the same device as x.
-        indices: the batch's positions (B,).
-
-    Returns:
-        ``(x[index] (B, *input_shape), y[index] (B,), index (B,) int64)``, all on x's device.
-    """
+    """``(x[index] (B, *input_shape), y[index] (B,), index (B,) int64)`` gathered on x's device (``on_device``): only
+    the B indices travel from the host."""
     index = torch.as_tensor(indices, dtype=torch.int64, device=x.device)  # (B,)
     return x[index], y[index], index
 

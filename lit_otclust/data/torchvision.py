@@ -5,10 +5,8 @@ again (:mod:`lit_otclust.data.loading`).
 
 Which samples are clustered (``fit_split``)
 -------------------------------------------
-The paper (Genevay et al., 2020) clusters "a training set" and wants to "classify out-of-sample
-data" (Sec. 1), but its experiments (Sec. 3) do not say which MNIST / CIFAR-10 images Table 1 is
-computed on. The deep-clustering literature it compares with (DEC, DKM) clusters all 70,000
-MNIST / 60,000 CIFAR-10 images, so Table 1 most likely corresponds to ``fit_split="all"``, which is what our configs use.
+The paper (Genevay et al., 2020) does not say which images Table 1 is computed on; DEC and DKM,
+which it compares with, cluster all of them, so the configs use ``fit_split="all"``.
 
 - ``"train"``: the official training split (60k / 50k); the test split is truly held out.
 - ``"test"``: the official test split (10k / 10k), handy for quick runs.
@@ -59,11 +57,8 @@ class TorchvisionDataModule(InMemoryDataModule):
             the test split the same way; "standard" ``scaling`` is (pixel / 255 - mean) / std per
             channel, with the official training split's ``mean`` and ``std``.
 
-    Every loader yields ``(x, y, index)``: x float32 (B, *input_shape), y int64 (B,), and index
-    int64 (B,), the sample's position in that loader's sample set (fitted or held-out), so
-    predictions can be written per sample also when DDP interleaves samples across ranks.
-    ``num_classes`` and ``input_shape`` are attributes (``num_classes`` set per instance when
-    ``classes`` is given), for LightningCLI ``link_arguments``.
+    The loaders are :class:`~lit_otclust.data.base.InMemoryDataModule`'s; ``num_classes`` is set per
+    instance when ``classes`` is given.
 
     Raises:
         ValueError: unknown fit_split or scaling; subset outside [1, available]; batch_size or
@@ -137,10 +132,7 @@ class TorchvisionDataModule(InMemoryDataModule):
     def prepare_data(self) -> None:
         """Download the files (Lightning runs this on one process per node only)."""
         if not self.download or self._downloaded():
-            # Files present: nothing to fetch. torchvision's constructor with download=True would also read (CIFAR-10:
-            # unpickle) every image here for setup() to read again: 1.3 s of each CIFAR-10 run's start, 0.05 s of
-            # MNIST's (python -m benchmarks.bench_data). setup() reads them through torchvision
-            # and names a corrupt file.
+            # Files present: torchvision's constructor would read every image here for setup() to read again.
             return
         for train in (True, False):
             try:
@@ -198,8 +190,7 @@ class TorchvisionDataModule(InMemoryDataModule):
         """Map uint8 pixels (N, *input_shape) to float32 per ``scaling``."""
         x = images.to(torch.float32).div_(255.0)
         if self.scaling == "standard":
-            # Channel statistics of the official training split (also for fit_split "test"/"all"),
-            # the convention torchvision users know; the tests recompute them from the files.
+            # Channel statistics of the official training split (also for fit_split "test"/"all").
             standardize(x, self.mean, self.std)
         return x
 
@@ -254,7 +245,6 @@ class CIFAR10DataModule(TorchvisionDataModule):
 
     def _downloaded(self) -> bool:
         # torchvision's test for CIFAR-10 (CIFAR10.download): the batches' md5s, so a corrupt file is fetched again.
-        # 0.27 s, without unpickling the images.
         folder, cifar = self.data_dir / self.folder, torchvision.datasets.CIFAR10
         return super()._downloaded() and all(check_integrity(str(folder / name), md5)
                                              for name, md5 in cifar.train_list + cifar.test_list)

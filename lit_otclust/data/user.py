@@ -1,17 +1,15 @@
 """Cluster your own images: what the folder and array data modules share.
 
-The folder (:mod:`lit_otclust.data.folder`) and array (:mod:`lit_otclust.data.arrays`) modules
-keep the contract of the other data modules: the images are decoded once, in ``setup``, into
-float32 tensors (``fit_set``, the images clustered, and ``heldout_set``, the
-optional held-out images, both :class:`~lit_otclust.data.loading.InMemoryDataset`), every loader
-yields ``(x, y, index)``, the training order depends only on the seed and the epoch (so a run
-resumes mid-epoch), and ``subset`` / ``class_proportions`` draw seeded subsamples.
+The folder (:mod:`lit_otclust.data.folder`) and array (:mod:`lit_otclust.data.arrays`) modules keep the contract of the
+other data modules: the images are decoded once, in ``setup``, into float32 tensors (``fit_set``, the images clustered,
+and ``heldout_set``, the optional held-out images, both :class:`~lit_otclust.data.loading.InMemoryDataset`), every
+loader yields ``(x, y, index)``, the training order depends only on the seed and the epoch (so a run resumes mid-epoch),
+and ``subset`` / ``class_proportions`` draw seeded subsamples.
 
-``num_classes`` and ``input_shape`` are set in ``__init__`` from a look at the data (the folder
-listing and the first image, or the array file's header and its labels), so LightningCLI links
-them to the model (``model.num_clusters`` and the autoencoder's ``input_shape``) before the
-tensors are built. The folder module also decodes every file there once, to stop on unreadable
-files before a logger exists (:mod:`lit_otclust.data.folder`).
+``num_classes`` and ``input_shape`` are set in ``__init__`` from a look at the data (the folder listing and the first
+image, or the array file's header and its labels), so LightningCLI links them to the model (``model.num_clusters`` and
+the autoencoder's ``input_shape``) before the tensors are built. The folder module also decodes every file there once,
+to stop on unreadable files before a logger exists (:mod:`lit_otclust.data.folder`).
 
 Labels. With labels (class sub-folders, or a label array) the Hungarian accuracy, NMI and ARI are
 logged as for MNIST. Without them every sample's label is -1: training, ``validate`` and
