@@ -28,9 +28,7 @@ class ClusterWriter(BasePredictionWriter):
     :mod:`lit_otclust.data.folder`'s image folders do), a ``file`` column names each sample's file. Where the data
     module names its classes (``class_names``: an image folder's sub-folders, CIFAR-10's names), ``label_name`` and
     ``matched_class_name`` follow ``label`` and ``matched_class``. A sample without a label (y = -1) gets empty label
-    and matched-class cells. After writing, ``path``, ``rows``, ``accuracy`` (the share of the labelled rows whose
-    matched class is their label; None without labels) and ``clusters`` (each cluster's rows and the name of its matched
-    class, None where it has none) say what was written, for :class:`RunSummary`.
+    and matched-class cells. ``path``, ``rows``, ``accuracy`` and ``clusters`` say what was written (:class:`RunSummary`).
 
     Args:
         output_dir: folder for the file; the trainer's ``default_root_dir`` if None.
@@ -111,15 +109,10 @@ def resume_command(argv: Sequence[str], program: str = "python -m lit_otclust") 
 class RunSummary(L.Callback):
     """What a run says when it ends, printed on global rank 0 after Lightning's own output.
 
-    After ``fit`` (also when SIGTERM or Ctrl-C stopped it): the last and the best ``val/acc`` of the fitted
-    samples, each with the NMI and ARI of its epoch and the epoch (0-based, as in ``metrics.csv``); where the
-    checkpoints, the logged metrics, the figures and the W&B run are; the command that resumes the run
-    (:func:`resume_command`). After ``predict``: the predictions file (:class:`ClusterWriter`), its rows and,
-    where the samples have labels, the accuracy of their matched classes; each cluster's rows with the name of its
-    matched class; the files the data module left out as unreadable (``skip_unreadable``), if any.
-
-    The scores are the logged values, read when each evaluation ends, and live in this callback's state, so the
-    best of a resumed run counts the epochs before the resume too.
+    After ``fit`` (also when SIGTERM or Ctrl-C stopped it): the last and the best ``val/acc`` with the NMI, ARI and
+    epoch; where the checkpoints, metrics, figures and W&B run are; the resume command (:func:`resume_command`). After
+    ``predict``: the predictions file (:class:`ClusterWriter`), its rows, matched accuracy and clusters, and the files
+    left out as unreadable. The scores live in this callback's state, so a resumed run's best counts earlier epochs.
 
     Args:
         command: the arguments the run was started with, subcommand first; None: no resume command is printed.

@@ -176,13 +176,10 @@ class OTLoss(ClusteringLoss):
 
     Args:
         epsilon: the entropic regularisation, in units of ``||z - mu||^2`` (the paper uses 1e-2).
-        solver: ``"fixed"`` (default): ``iters`` log-domain iterations warm-started from the previous batch's
-            potential, ending on the column update (exact cluster sizes, loose rows), with no host read; its rows'
-            error is logged as ``train/sinkhorn_error``. ``"solve"``: log-domain Sinkhorn + Newton, warm-started,
-            to ``tol`` within ``max_iter`` (unconverged solves are counted in ``train/sinkhorn_unconverged`` and
-            warned about once). ``"algorithm1"``: the paper's Algorithm 1 as written, ``max_iter`` iterations
-            from a cold start; balanced and single-process. The keys of :data:`lit_otclust.sinkhorn.SOLVERS`;
-            the measured comparison is in RESULTS.md ("The loss weight lambda and the training solve").
+        solver: ``"fixed"`` (default), ``"solve"`` or ``"algorithm1"``, as in :func:`ot_clustering_loss`, warm-started
+            from the previous batch's potential. ``"fixed"`` logs its rows' error as ``train/sinkhorn_error``;
+            ``"solve"`` counts unconverged solves in ``train/sinkhorn_unconverged`` (warned about once). Measured:
+            RESULTS.md, "The loss weight lambda and the training solve".
         iters: the iterations of ``solver="fixed"``, >= 1.
         max_iter, tol: ``solver="solve"``'s cap on iterations and its tolerance on the column marginal's L1
             error; ``max_iter`` is also Algorithm 1's iteration count.

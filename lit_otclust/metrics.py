@@ -23,20 +23,16 @@ def _check_labels(values: Tensor, name: str, upper: int, upper_name: str) -> Non
         return
     low, high = (int(v) for v in torch.stack(torch.aminmax(values)).tolist())  # one pass, one device sync
     if low < 0 or high >= upper:
-        raise ValueError(
-            f"`{name}` must lie in [0, {upper_name}) = [0, {upper}), got values in [{low}, {high}]."
-        )
+        raise ValueError(f"`{name}` must lie in [0, {upper_name}) = [0, {upper}), got values in [{low}, {high}].")
 
 
-def _contingency_update(
-    preds: Tensor, target: Tensor, num_clusters: int, num_classes: int, validate_args: bool = True
-) -> Tensor:
+def _contingency_update(preds: Tensor, target: Tensor, num_clusters: int, num_classes: int,
+                        validate_args: bool = True) -> Tensor:
     """Count :math:`n_{kc} = \\#\\{i : k_i = k, y_i = c\\}` for one batch; returns (K, C) int64."""
     if validate_args:
         if preds.shape != target.shape:
-            raise ValueError(
-                f"`preds` and `target` must have the same shape, got {tuple(preds.shape)} and {tuple(target.shape)}."
-            )
+            raise ValueError(f"`preds` and `target` must have the same shape, got {tuple(preds.shape)} and "
+                             f"{tuple(target.shape)}.")
         _check_labels(preds, "preds", num_clusters, "num_clusters")
         _check_labels(target, "target", num_classes, "num_classes")
     # One bincount over the flat index k * C + c is a single kernel, O(N) for 70k samples.
@@ -145,9 +141,7 @@ def _compute(contingency: Tensor) -> dict[str, Tensor]:
     }
 
 
-def hungarian_accuracy(
-    preds: Tensor, target: Tensor, num_clusters: int, num_classes: int
-) -> dict[str, Tensor]:
+def hungarian_accuracy(preds: Tensor, target: Tensor, num_clusters: int, num_classes: int) -> dict[str, Tensor]:
     """Functional twin of :class:`HungarianAccuracy` for one set of predictions.
 
     Args:
@@ -193,10 +187,8 @@ class HungarianAccuracy(Metric):
 
     Distributed evaluation:
         The table is summed across processes, so the result equals the single-process one only
-        if every sample is seen exactly once. PyTorch's ``DistributedSampler`` pads the data set
-        with repeated samples up to a multiple of the world size (1001 samples on 2 processes
-        are counted as 1002); evaluation loaders must use Lightning's
-        ``lightning.pytorch.overrides.distributed.UnrepeatedDistributedSampler``, which does not.
+        if every sample is seen exactly once: evaluation loaders must use Lightning's
+        ``UnrepeatedDistributedSampler``, not ``DistributedSampler``, which pads with repeats.
 
     Args:
         num_clusters: K, the number of clusters; ``preds`` must lie in [0, K).
@@ -235,17 +227,12 @@ class HungarianAccuracy(Metric):
         self.num_clusters = num_clusters
         self.num_classes = num_classes
         self.validate_args = validate_args
-        self.add_state(
-            "contingency",
-            default=torch.zeros(num_clusters, num_classes, dtype=torch.long),
-            dist_reduce_fx="sum",
-        )
+        self.add_state("contingency", default=torch.zeros(num_clusters, num_classes, dtype=torch.long),
+                       dist_reduce_fx="sum")
 
     def update(self, preds: Tensor, target: Tensor) -> None:
         """Add the (K, C) counts of one batch of (N,) cluster ids and (N,) class labels."""
-        self.contingency += _contingency_update(
-            preds, target, self.num_clusters, self.num_classes, self.validate_args
-        )
+        self.contingency += _contingency_update(preds, target, self.num_clusters, self.num_classes, self.validate_args)
 
     def compute(self) -> dict[str, Tensor]:
         """Match clusters to classes once on the (reduced) table and score the clustering."""

@@ -20,28 +20,19 @@ MATCHINGS = ("none", "sizes")
 class PhaseSwitch(L.Callback):
     """Autoencoder pre-training for ``pretrain_epochs``, then k-means init of mu, then the joint loss.
 
-    With ``pretrain_epochs = 0`` this is the paper's Algorithm 2 as written: the centers are
-    initialised by k-means on the embeddings of the *untrained* encoder, before the first step.
+    With ``pretrain_epochs = 0`` this is the paper's Algorithm 2 as written: k-means on the embeddings of the
+    *untrained* encoder, before the first step. The phase lives in this callback's ``state_dict``, so a resumed run
+    continues where it was and never re-initialises the centers.
 
-    The phase lives in this callback's ``state_dict``, so a run resumed from a checkpoint taken in
-    either phase continues where it was: the centers are initialised exactly once, and a resumed
-    joint-phase run never re-initialises them (they come from the checkpoint).
-
-    Which center carries which proportion: the OT loss gives center k the mass
-    ``model.proportions[k]``, and k-means returns its centers in no particular order. With a
-    non-uniform w, ``match_proportions`` reorders them after k-means (:mod:`lit_otclust.clustering`):
-
-    - ``"sizes"`` (default): the k-means cluster sizes are matched to w (Hungarian algorithm on the
-      squared differences: the largest cluster carries the largest w, and so on down). Needs no
-      labels. A uniform w leaves the k-means order as it is.
-    - ``"none"``: the k-means order.
+    The OT loss gives center k the mass ``model.proportions[k]``, and k-means returns its centers in no particular
+    order: ``match_proportions="sizes"`` (default) matches the k-means cluster sizes to w (Hungarian algorithm, the
+    largest cluster carries the largest w), needing no labels; ``"none"`` keeps the k-means order.
 
     Args:
         pretrain_epochs: epochs of reconstruction-only training before the joint phase.
         kmeans_n_init: k-means++ restarts for the centers' initialisation.
         seed: seeds that k-means.
-        match_proportions: ``"sizes"`` or ``"none"``: how the k-means centers are ordered to meet the
-            proportions (above).
+        match_proportions: ``"sizes"`` or ``"none"`` (above).
         kmeans_at: when the centers are initialised. ``"switch"`` (default): by k-means on the
             pre-trained embedding when the joint phase starts (the DKM/DEC practice; while
             pre-training, evaluation refits k-means every epoch). ``"start"``: the paper's Algorithm

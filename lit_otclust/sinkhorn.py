@@ -140,8 +140,7 @@ class _Group:
 def _check_weights(w: Tensor | None, size: int, name: str, group: _Group, like: Tensor) -> tuple[Tensor, bool]:
     """Validate weights; ``group`` is the one the weights are split over (rows), a no-op one otherwise.
 
-    Returns the weights in ``like``'s dtype and device, and whether any is zero. One host sync for given
-    weights (all checks read back together: on a GPU each read stalls the queue), none for the default."""
+    Returns the weights in ``like``'s dtype and device, and whether any is zero. One host sync for given weights."""
     if w is None:
         total = size
         if group.active:  # every tensor entering a collective lives on the cost's device: NCCL has no CPU tensors
@@ -163,10 +162,8 @@ def _check_weights(w: Tensor | None, size: int, name: str, group: _Group, like: 
 
 
 def _work_dtype(cost: Tensor, epsilon: float, tol: float, group: _Group) -> torch.dtype:
-    """float64 where float32 cannot resolve ``tol``; raises :class:`NonFiniteCostError` on NaN or inf.
-
-    Both from max|C|, one host sync (the finiteness check rides on it: the max of a cost holding NaN or
-    inf is not finite)."""
+    """float64 where float32 cannot resolve ``tol``; raises :class:`NonFiniteCostError` on NaN or inf. Both from
+    max|C|, one host sync."""
     max_abs = cost.detach().abs().max().item()
     if not math.isfinite(max_abs):
         raise NonFiniteCostError("`cost` contains NaN or Inf")
@@ -206,12 +203,10 @@ def _column_target(b: Tensor, g: Tensor, reg_m: float | None) -> Tensor:
 def _sinkhorn_inplace(cost, a, b, f, g, eps, iters, reg_m, group):
     """``iters`` log-domain Sinkhorn iterations without autograd, one exp of the (n, K) matrix each.
 
-    The buffer holds the plan P = exp((f + g - C) / eps) after a row update, so P <= a <= 1. Its column
-    sums are the column log-sum-exp shifted by the old g (nothing can overflow), and the row update then
-    needs only P @ exp(dg / eps), the row sums of the plan with the new g. Such a shift is unsafe when a
-    mass is near underflow or a step is large; the iterations record that on the device instead of
-    asking the host each time (a GPU would stall on every check), and the whole block is redone with
-    max-shifted log-sum-exp updates if it happened anywhere, on any rank. f, g in cost units.
+    The buffer holds the plan P = exp((f + g - C) / eps) after a row update, so P <= a <= 1: its column sums are
+    the column log-sum-exp shifted by the old g, and the row update needs only P @ exp(dg / eps). Such a shift is
+    unsafe when a mass is near underflow or a step is large; the iterations record that on the device, and the
+    block is redone with max-shifted log-sum-exp updates if it happened on any rank. f, g in cost units.
     """
     dtype = cost.dtype
     log_a, log_b = a.log(), b.log()
@@ -273,9 +268,8 @@ def _newton(cost, a, b, g, eps, max_steps, tol, reg_m, group):
 
     :math:`f(g)` is Sinkhorn's exact row update, so every iterate's plan has rows ``a``;
     :math:`\nabla F = b - q` with q the plan's column sums, and :math:`-\epsilon\nabla^2 F = \mathrm{diag}(q) -
-    P^\top \mathrm{diag}(1/a) P`, a (K, K) graph Laplacian. Sinkhorn's column update is a diagonal
-    approximation of this Newton step, which is why it crawls at small epsilon (thousands of iterations
-    at the paper's eps = 1e-2) where Newton takes a handful (Brauer et al. 2017, "A Sinkhorn-Newton method").
+    P^\top \mathrm{diag}(1/a) P`, a (K, K) graph Laplacian. Sinkhorn's column update is a diagonal approximation
+    of this Newton step, hence its crawl at small epsilon (Brauer et al. 2017, "A Sinkhorn-Newton method").
     Unbalanced: :math:`F` gets :math:`-\tau\langle b, e^{-g/\tau} - 1\rangle` instead of :math:`\langle b, g\rangle`.
     Levenberg-Marquardt damping keeps each step an ascent step (and fixes the Laplacian's null direction, the
     gauge). Out-of-place torch, so autograd can differentiate it; reductions go over ranks.
@@ -502,12 +496,9 @@ def sinkhorn_algorithm1(cost: Tensor, b: Tensor | None = None, *, epsilon: float
         a \leftarrow \frac{\mathbf{1}_n / n}{M b}, \quad b \leftarrow \frac{w}{M^\top a}, \quad
         M = e^{-C/\epsilon}, \quad P = \mathrm{diag}(a) M \mathrm{diag}(b),
 
-    run in the log domain: :func:`sinkhorn_fixed` from a cold start (the same iterates where :math:`e^{-C/\epsilon}`
-    does not underflow; the paper's kernel form underflows in float32 once :math:`C/\epsilon > 87`). The column update
-    comes last, so the plan's cluster sizes are exactly ``b`` after any number of iterations and its rows are loose;
-    :func:`sinkhorn` enforces the rows and solves to a tolerance instead. Not warm-started, no epsilon scaling, no
-    Newton steps: what a plain implementation of the paper runs. Differentiable by autograd through the iterations
-    when ``cost`` requires grad. Single process.
+    run in the log domain: :func:`sinkhorn_fixed` from a cold start (the kernel form underflows in float32 once
+    :math:`C/\epsilon > 87`). The column update comes last, so the cluster sizes are exactly ``b`` and the rows
+    loose. No warm start, epsilon scaling or Newton steps. Differentiable by autograd; single process.
 
     Args:
         cost: (n, K) cost, finite. b: (K,) cluster proportions w, positive, summing to 1; default ``1/K``.
@@ -540,11 +531,10 @@ def sinkhorn_fixed(cost: Tensor, b: Tensor | None = None, g_init: Tensor | None 
         g_k \leftarrow \epsilon\big(\log b_k - \mathrm{LSE}_i \tfrac{f_i - C_{ik}}{\epsilon}\big),
 
     with :math:`a = \mathbf{1}_n / n` over all ranks' rows. The training solve: the column update comes last, so the
-    plan's cluster sizes are exactly ``b`` after any number of iterations (the paper's Algorithm 1) and its rows are
-    loose; warm-started from the previous batch's g, a few iterations suffice (RESULTS.md). No host read at all: no
-    tolerance check, no ``.item()``, no branch on a device value, so a GPU never waits and the whole solve can be
-    compiled or captured. Each column update under DDP is one ``all_gather`` of K values. Differentiable by autograd
-    when ``cost`` requires grad (single process). :func:`sinkhorn` is the solve to a tolerance.
+    cluster sizes are exactly ``b`` (as in the paper's Algorithm 1) and the rows loose; warm-started from the previous
+    batch's g, a few iterations suffice (RESULTS.md). No host read at all, so a GPU never waits and the solve can be
+    compiled or captured. Under DDP each column update is one ``all_gather`` of K values. Differentiable by autograd
+    (single process).
 
     Args:
         cost: (n, K) finite cost, this rank's rows. b: (K,) proportions, default ``1/K``, not validated here (the

@@ -67,24 +67,20 @@ class DeepClustering(L.LightningModule):
             Prop. 2), or None (autoencoder only, evaluated by k-means on the embeddings: the AE + k-means baseline).
         proportions: w, the prescribed cluster proportions (K,); uniform when None.
         clustering_weight: lambda in L = l_r + lambda * l_c (1 in the paper), with l_r each sample's *sum* of
-            squared pixel errors averaged over the batch (the paper's l_r^ae up to the 1/m of a mini-batch mean, the
-            same averaging as the OT term, whose plan carries weight 1/m per point). The configs' value is measured
-            in RESULTS.md ("The loss weight lambda and the training solve").
+            squared pixel errors averaged over the batch, as the OT plan weighs each point 1/m. The configs' value:
+            RESULTS.md, "The loss weight lambda and the training solve".
         assignment: ``"distance"`` (the paper: argmin_k ||z - mu_k||^2) or ``"potential"`` (argmin_k ||z - mu_k||^2
             - g_k with the loss's cluster potential g averaged over training batches, which respects the prescribed
             proportions; g = 0 for a loss without one). Both are always logged; this picks the one behind ``val/acc``.
         optimizer: builds the optimizer from two parameter groups, the autoencoder's and the centers' (Lightning's
             ``OptimizerCallable``; any ``torch.optim`` class by ``class_path`` from a config). Default :func:`adam`:
-            the paper's Adam at lr 1e-3. DEC's MNIST pre-training (XifengGuo/DEC-keras) is SGD at lr 1, momentum
-            0.9, on the squared error averaged over the 784 pixels, which is lr 1/784 on this module's per-image sum
-            (configs/mnist_ae_kmeans_dec.yaml).
+            the paper's Adam at lr 1e-3 (DEC's SGD recipe: configs/mnist_ae_kmeans_dec.yaml).
         lr_scheduler: builds the epoch-interval schedule from the optimizer (``LRSchedulerCallable``). Default
             :func:`halve_every_50`: the paper gives "step decay" only. ``PhaseSwitch`` restarts it at the joint
             phase, so it counts joint epochs.
-        compile: ``False`` (default: eager), ``"default"`` or ``"reduce-overhead"`` (CUDA graphs, on a GPU): the
+        compile: ``False`` (default: eager), ``"default"`` or ``"reduce-overhead"`` (CUDA graphs): the
             ``torch.compile`` mode of the autoencoder's training forward and of what the loss allows
-            (:meth:`~lit_otclust.losses.ClusteringLoss.compile_solver`), compiled once in ``configure_model``
-            (evaluation's encoder stays eager).
+            (:meth:`~lit_otclust.losses.ClusteringLoss.compile_solver`), compiled once in ``configure_model``.
     """
 
     def __init__(
@@ -118,24 +114,20 @@ class DeepClustering(L.LightningModule):
         if loss is not None:
             loss.bind(num_clusters)
         p = autoencoder.latent_dim
-        # In the optimizer from the first step, so that its state survives any resume; the
-        # PhaseSwitch callback overwrites the values with k-means centers.
+        # In the optimizer from the first step, so that its state survives any resume; PhaseSwitch sets the values.
         self.centers = nn.Parameter(torch.zeros(num_clusters, p))
         w = torch.full((num_clusters,), 1.0 / num_clusters) if proportions is None else torch.tensor(proportions)
         self.register_buffer("proportions", w.float())
-        # The phase, set by PhaseSwitch; a buffer so that validate/test/predict from a checkpoint
-        # (which restore the module but not the callbacks) evaluate as the run did.
+        # The phase, set by PhaseSwitch; a buffer so that validate/test/predict from a checkpoint evaluate as the run did.
         self.register_buffer("joint_phase", torch.tensor(False))
-        # Host mirror of joint_phase, read every step: reading the buffer would stall a GPU each time. Refreshed
-        # whenever a state dict (a checkpoint) is loaded.
+        # Host mirror of joint_phase, read every step (reading the buffer would stall a GPU); refreshed on each load.
         self._joint = False
         self.register_load_state_dict_post_hook(DeepClustering._refresh_mirrors)
         self.metrics = nn.ModuleDict({
             f"{s}_{a}": HungarianAccuracy(num_clusters, num_clusters)
             for s in EVAL_SETS for a in ("distance", "potential")
         })
-        # The training pass's own assignments (DKM's read-out): a per-epoch curve at no extra forward pass.
-        # Its inputs are ours (argmin over K centers, the data module's labels), so no per-step checks.
+        # The training pass's own assignments (DKM's read-out); its inputs are ours, so no per-step checks.
         self.metrics[f"train_{assignment}"] = HungarianAccuracy(num_clusters, num_clusters, validate_args=False)
         # Per-epoch sums of the training terms and statistics (logged at the epoch's end).
         self._train_sums: dict[str, Tensor | float] = {}
@@ -191,8 +183,7 @@ class DeepClustering(L.LightningModule):
                                  f"{tuple(mine[name].shape)}: the autoencoder settings differ from the run that wrote it")
         if "joint_phase" in state and not bool(state["joint_phase"]):
             # A shared pre-training (lit_otclust.pretrain_cache) carries no loss buffers and no proportions: before
-            # the joint phase the one holds its initial values and the other this run's config, so this module's own
-            # are the run's.
+            # the joint phase this module's own are the run's.
             for name, value in mine.items():
                 if (name.startswith("loss.") or name == "proportions") and name not in state:
                     state[name] = value
@@ -232,8 +223,7 @@ class DeepClustering(L.LightningModule):
     def _finish_step(self, loss: Tensor, recon: Tensor, clust: Tensor, stats: dict) -> Tensor:
         if not torch.isfinite(loss):  # one host sync a step; the Sinkhorn loop already syncs more often
             self._non_finite({"reconstruction loss": recon, "clustering loss": clust})
-        # Summed here and logged once an epoch: each self.log call moves Lightning's result state
-        # (apply_to_collection), a cost per key and step comparable to a small model's whole step.
+        # Summed here and logged once an epoch: each self.log call costs about a small model's whole step.
         # The batches have equal sizes (drop_last), so the epoch mean is the mean over steps.
         for name, value in {"loss": loss, "recon": recon, "cluster": clust, **stats}.items():
             value = value.detach() if isinstance(value, Tensor) else value
@@ -357,8 +347,7 @@ class DeepClustering(L.LightningModule):
                 continue
             self._log_metrics(name, name)
             self._log_sizes(name, sizes)
-        # What this rank embedded, kept for the pictures drawn right after (ClusterFigures), which otherwise embed
-        # every sample again, a second evaluation pass every `figures.every_n_epochs` and at the end.
+        # What this rank embedded, kept for the pictures drawn right after (ClusterFigures), which need not embed again.
         self.eval_embeddings = {EVAL_SETS[idx]: (self.global_step, torch.cat([i for i, _ in parts]),
                                                  torch.cat([z for _, z in parts]))
                                 for idx, parts in self._eval_z.items()}

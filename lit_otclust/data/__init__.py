@@ -8,17 +8,10 @@
 - :mod:`~lit_otclust.data.base`: what they share: the loader settings (``batch_size``,
   ``eval_batch_size``, ``subset``, ``class_proportions``, ``seed``, ``scaling``, ``drop_last``,
   ``num_workers``, ``on_device``), stated once in :class:`InMemoryDataModule`, and the loaders.
-- :mod:`~lit_otclust.data.loading`: the in-memory dataset, the resumable training loader and its
-  seeded sampler.
+- :mod:`~lit_otclust.data.loading`: the in-memory dataset, the resumable training loader and its seeded sampler.
 - :mod:`~lit_otclust.data.sampling`: seeded stratified subsets and class-proportional subsamples.
 
-Imbalanced data sets (``class_proportions``). Every data module takes ``class_proportions``: a
-seeded per-class subsample of the fitted samples with those class proportions, the largest the
-classes allow (:func:`proportional_counts`), for studying the OT loss with unequal cluster sizes.
-:func:`geometric_proportions` gives a long-tailed set with a chosen largest/smallest ratio. The
-model is told the proportions separately (``--model.proportions``, which must match).
-
-In a config, ``class_path: lit_otclust.data.MNISTDataModule`` (and the other data modules'
+Imbalanced data sets: ``class_proportions`` (:class:`InMemoryDataModule`). In a config, ``class_path: lit_otclust.data.MNISTDataModule`` (and the other data modules'
 names here) resolves through this package.
 """
 

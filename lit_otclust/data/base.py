@@ -29,11 +29,10 @@ SCALINGS = ("unit", "standard")
 class InMemoryDataModule(L.LightningDataModule):
     """What every data module here shares: samples held as tensors, seeded subsets, the loaders.
 
-    A subclass reads its samples in ``setup`` into ``fit_set`` (the samples clustered) and ``heldout_set`` (scored out
-    of sample; None where there is none; ``heldout_offset`` where it is ``fit_set``'s tail from that index on) and
-    states ``num_classes`` and ``input_shape`` as class attributes or in ``__init__``, so LightningCLI's
-    ``link_arguments(..., apply_on="instantiate")`` can read them off the instance. Once it knows how many samples it
-    could fit, its ``__init__`` calls :meth:`_check_subset`.
+    A subclass reads its samples in ``setup`` into ``fit_set`` (the samples clustered) and ``heldout_set`` (scored
+    out of sample; None where there is none; ``heldout_offset`` where it is ``fit_set``'s tail from that index on),
+    states ``num_classes`` and ``input_shape`` by ``__init__`` (for LightningCLI's ``link_arguments``), and then calls
+    :meth:`_check_subset`.
 
     Args:
         batch_size: training batch size m (the paper: 300).
@@ -41,27 +40,21 @@ class InMemoryDataModule(L.LightningDataModule):
             passes of the k-means init and the pictures); None: ``default_eval_batch_size``.
         subset: if set, a seeded subset of that many fitted samples, class-stratified where there
             are labels (see the subclass for the held-out set).
-        class_proportions: if set, a seeded per-class subsample of the fitted samples whose
-            classes follow these proportions (one per class, summing to 1; see
-            :func:`~lit_otclust.data.sampling.proportional_counts`): the largest sample they allow,
-            the class that runs out first kept whole (with ``subset``: exactly ``subset`` samples).
-            The held-out samples are drawn the same way (capped at ``subset``). Needs labels. For
-            the OT loss, give the model the same weights: ``--model.proportions`` must match (in a
-            YAML config, state them once with an anchor: ``class_proportions: &w [...]`` and
-            ``proportions: *w``). :func:`~lit_otclust.data.sampling.geometric_proportions` builds a
-            long-tailed set with a given largest/smallest ratio.
+        class_proportions: if set, a seeded per-class subsample of the fitted samples whose classes follow these
+            proportions (one per class, summing to 1; see :func:`~lit_otclust.data.sampling.proportional_counts`): the
+            largest sample they allow, the class that runs out first kept whole (with ``subset``: exactly ``subset``
+            samples). The held-out samples are drawn the same way (capped at ``subset``). Needs labels. The OT loss's
+            ``--model.proportions`` must match (a YAML anchor states them once: ``class_proportions: &w [...]``,
+            ``proportions: *w``); :func:`~lit_otclust.data.sampling.geometric_proportions` builds long-tailed ones.
         seed: seed of the subset draws and of the training order (see EpochShuffleSampler).
         scaling: "unit" or "standard" (see the subclass for the statistics used).
         drop_last: drop the last incomplete training batch, so every OT batch has exactly
             batch_size samples and the cluster-size marginal is meaningful.
         num_workers: DataLoader workers; 0 is fastest here, a batch being a single gather.
-        on_device: keep the samples on the training device: each loader moves its sample set
-            there once (to the trainer's ``strategy.root_device``; without a trainer they stay
-            where they are), and a batch is then one index gather in device memory, with no
-            gather on the host and no host-to-device copy per batch. On a GPU the whole set must
-            fit beside the model (MNIST 220 MB float32, CIFAR-10 700 MB); under DDP every rank
-            holds a full copy on its own device. On CPU it changes nothing. Needs
-            ``num_workers=0``: worker processes cannot share device tensors.
+        on_device: keep the samples on the training device: each loader moves its sample set there once (to the
+            trainer's ``strategy.root_device``; without a trainer they stay where they are), and a batch is then one
+            index gather in device memory. On a GPU the whole set must fit beside the model (MNIST 220 MB float32);
+            under DDP every rank holds a full copy. On CPU it changes nothing. Needs ``num_workers=0``.
 
     Every loader yields ``(x, y, index)``: x float32 (B, *input_shape), y int64 (B,) (-1 where a
     sample has no label), and index int64 (B,), the sample's position in that loader's sample set

@@ -162,17 +162,15 @@ class ImageFolderDataModule(UserDataModule):
         data_dir/dog/abc.png
 
     the classes are the sub-folders in sorted order (``classes``), images found recursively inside each; images lying
-    directly in ``data_dir`` are not used. Unlabelled (``labelled=False``): every image under ``data_dir``
-    (recursively), labels -1, and ``num_classes`` gives the number of clusters. Files are taken in sorted path order;
-    the fitted images' paths are ``fit_set.paths`` (and ``paths`` lists every readable file found), so predictions name
-    their files. Decoding: the module docstring.
+    directly in ``data_dir`` are not used. Unlabelled (``labelled=False``): every image under ``data_dir``, labels -1,
+    and ``num_classes`` gives the number of clusters. Files are taken in sorted path order; the fitted images' paths are
+    ``fit_set.paths`` (``paths``: every readable file found). Decoding: the module docstring.
 
     Args:
         data_dir: the folder of images.
         image_size: (H, W), or one int for square images, that every image is resized to (see the
             module docstring); None: the size of the first readable image.
-        grayscale: read images as one channel ("L"); else as three (RGB). ``input_shape`` is
-            (1 or 3, H, W).
+        grayscale: read images as one channel ("L"); else as three (RGB). ``input_shape`` is (1 or 3, H, W).
         labelled: whether the sub-folders of ``data_dir`` are classes (see above).
         heldout_dir: an optional second folder of the same layout, scored out of sample
             (``heldout/*`` metrics, the ``test`` command). Its class folders must be classes of
@@ -181,12 +179,9 @@ class ImageFolderDataModule(UserDataModule):
             of class folders and may be left unset (if given, it must agree).
         skip_unreadable: leave out the files that do not decode (listed in ``unreadable``, with a
             warning) instead of stopping.
-        **loader: the loader settings of :class:`~lit_otclust.data.base.InMemoryDataModule`
-            (batch_size, eval_batch_size, subset, class_proportions, seed, scaling, drop_last,
-            num_workers, on_device). ``subset`` draws a seeded subset of the fitted images
-            (class-stratified with labels) and only those are decoded in ``setup``; the held-out
-            images are cut to at most ``subset`` the same way. ``class_proportions`` needs labels.
-            "standard" ``scaling`` uses the statistics of the fitted images (:class:`UserDataModule`).
+        **loader: the loader settings of :class:`~lit_otclust.data.base.InMemoryDataModule`. Only the kept images
+            are decoded in ``setup``; the held-out images are cut to at most ``subset`` the same way. "standard"
+            ``scaling`` uses the statistics of the fitted images (:class:`UserDataModule`).
 
     Attributes:
         unreadable: (path, reason) of each file left out by ``skip_unreadable``; empty otherwise.

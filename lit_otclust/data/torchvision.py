@@ -50,12 +50,11 @@ class TorchvisionDataModule(InMemoryDataModule):
             order given, in the fitted and the held-out samples; ``num_classes`` (hence the model's
             number of clusters, linked by the CLI) becomes their number. ``class_proportions`` and
             ``subset`` then apply to the kept samples, ``class_proportions[i]`` to ``classes[i]``.
-        **loader: the loader settings of :class:`~lit_otclust.data.base.InMemoryDataModule`
-            (batch_size, eval_batch_size, subset, class_proportions, seed, scaling, drop_last,
-            num_workers, on_device). Here ``subset`` also cuts the held-out test split, the same way,
-            to min(subset, 10,000) samples, so smoke runs stay fast; ``class_proportions`` subsamples
-            the test split the same way; "standard" ``scaling`` is (pixel / 255 - mean) / std per
-            channel, with the official training split's ``mean`` and ``std``.
+        **loader: the loader settings of :class:`~lit_otclust.data.base.InMemoryDataModule` (batch_size,
+            eval_batch_size, subset, class_proportions, seed, scaling, drop_last, num_workers, on_device). Here
+            ``subset`` also cuts the held-out test split, the same way, to min(subset, 10,000) samples, so smoke runs
+            stay fast; ``class_proportions`` subsamples the test split the same way; "standard" ``scaling`` is (pixel /
+            255 - mean) / std per channel, with the official training split's ``mean`` and ``std``.
 
     The loaders are :class:`~lit_otclust.data.base.InMemoryDataModule`'s; ``num_classes`` is set per
     instance when ``classes`` is given.

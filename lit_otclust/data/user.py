@@ -7,9 +7,7 @@ loader yields ``(x, y, index)``, the training order depends only on the seed and
 and ``subset`` / ``class_proportions`` draw seeded subsamples.
 
 ``num_classes`` and ``input_shape`` are set in ``__init__`` from a look at the data (the folder listing and the first
-image, or the array file's header and its labels), so LightningCLI links them to the model (``model.num_clusters`` and
-the autoencoder's ``input_shape``) before the tensors are built. The folder module also decodes every file there once,
-to stop on unreadable files before a logger exists (:mod:`lit_otclust.data.folder`).
+image, or the array file's header and its labels), so LightningCLI links them to the model before the tensors are built.
 
 Labels. With labels (class sub-folders, or a label array) the Hungarian accuracy, NMI and ARI are
 logged as for MNIST. Without them every sample's label is -1: training, ``validate`` and
