@@ -1,8 +1,7 @@
 """Checkpoints that survive clusters: atomic writes, and a save when the job is told to stop.
 
-- :class:`AtomicCheckpointIO` writes a checkpoint to a temporary file beside its target and
-  renames it into place, so a job killed while writing (SIGKILL, node failure) leaves the
-  previous ``last.ckpt`` readable instead of a truncated one.
+- :class:`AtomicCheckpointIO` writes a checkpoint to a temporary file beside its target and renames it into place,
+  so a job killed while writing leaves the previous ``last.ckpt`` readable instead of a truncated one.
 - :class:`SignalCheckpoint` stops the run on SIGTERM (what ``scancel``, SLURM's ``--signal``, Kubernetes and most
   schedulers send before killing) at a batch boundary every DDP rank agrees on, and saves ``last.ckpt``; also on
   Ctrl-C in one process. With the resumable training loader (:class:`lit_otclust.data.ResumableLoader`)

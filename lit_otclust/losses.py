@@ -126,8 +126,7 @@ def soft_kmeans_loss(z: Tensor, centers: Tensor, *, epsilon: float, form: str = 
 
 def _nearest(z: Tensor, centers: Tensor) -> tuple[Tensor, Tensor]:
     """Each point's squared distance to its nearest center (m,) and that center (m,), detached. Their mean over
-    epsilon, the ``scale`` statistic: far below 1 every assignment is soft and the clustering term barely shapes
-    the embedding; far above, nearly hard."""
+    epsilon is the ``scale`` statistic: far below 1 every assignment is soft; far above, nearly hard."""
     nearest = squared_distances(z.detach(), centers.detach()).min(1)  # (m, K) -> (m,)
     return nearest.values, nearest.indices
 
@@ -186,12 +185,10 @@ class OTLoss(ClusteringLoss):
         gradient: ``"envelope"`` or ``"unrolled"`` (:func:`ot_clustering_loss`; unrolled: single process only).
         reg_m: unbalanced OT strength tau, a KL penalty on the cluster sizes (None: balanced, the paper).
 
-    State (buffers, so checkpoints keep them): ``g_last`` (K,), the last batch's cluster potential, which
-    warm-starts the next solve; ``g_avg`` (K,), its running average (the mean of the first 100 batches, then an
-    exponential average over ~100), for the ``"potential"`` assignment rule; ``g_count``, the batches folded in.
-
-    Under several processes (DDP) each rank holds its rows of one global problem: the solve reduces over the
-    ranks, and the loss, this rank's share, is multiplied by the world size, since DDP averages the gradients.
+    State (buffers, so checkpoints keep them): ``g_last`` (K,), the last batch's cluster potential, which warm-starts
+    the next solve; ``g_avg`` (K,), its running average (a mean over the first 100 batches, then an EMA over ~100),
+    for the ``"potential"`` assignment rule; ``g_count``, the batches folded in. Under DDP each rank holds its rows of
+    one global problem, and its share of the loss is multiplied by the world size, since DDP averages the gradients.
     """
 
     constrains_sizes = True

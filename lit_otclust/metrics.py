@@ -173,22 +173,17 @@ class HungarianAccuracy(Metric):
         \mathrm{acc} = \frac{1}{N} \max_{\sigma} \sum_{i=1}^{N} \mathbb{1}_{y_i = \sigma(k_i)}
                      = \frac{1}{N} \max_{\sigma} \sum_{k} n_{k\,\sigma(k)},
 
-    where :math:`k_i \in [0, K)` is the cluster of sample :math:`i`, :math:`y_i \in [0, C)` its
-    class, :math:`n_{kc}` the number of samples in cluster :math:`k` with class :math:`c`, and
-    :math:`\sigma` ranges over one-to-one maps from clusters to classes, found by the Hungarian
-    algorithm (the Evaluation paragraph of Genevay, Dulac-Arnold & Vert, 2020). With
-    :math:`K = C` this is the paper's maximum over permutations. With :math:`K \neq C` the
-    matching is still one-to-one, so :math:`|K - C|` clusters (if :math:`K > C`) or classes
-    (if :math:`K < C`) stay unmatched, and samples in an unmatched cluster count as errors.
+    where :math:`k_i \in [0, K)` is the cluster of sample :math:`i`, :math:`y_i \in [0, C)` its class, :math:`n_{kc}`
+    the number of samples in cluster :math:`k` with class :math:`c`, and :math:`\sigma` ranges over one-to-one maps
+    from clusters to classes (:func:`match_clusters`; the Evaluation paragraph of Genevay, Dulac-Arnold & Vert, 2020).
+    With :math:`K \neq C`, :math:`|K - C|` clusters or classes stay unmatched; an unmatched cluster's samples are errors.
 
     NMI (arithmetic-mean normalisation) and ARI are computed from the same table and agree with
     ``sklearn.metrics.normalized_mutual_info_score`` and ``adjusted_rand_score``, including their conventions for
     degenerate labellings. The state is only the (K, C) int64 table, so memory is O(K C) whatever the number of samples.
 
-    Distributed evaluation:
-        The table is summed across processes, so the result equals the single-process one only
-        if every sample is seen exactly once: evaluation loaders must use Lightning's
-        ``UnrepeatedDistributedSampler``, not ``DistributedSampler``, which pads with repeats.
+    The table is summed across processes: evaluation loaders must see every sample exactly once (Lightning's
+    ``UnrepeatedDistributedSampler``, not ``DistributedSampler``, which pads with repeats).
 
     Args:
         num_clusters: K, the number of clusters; ``preds`` must lie in [0, K).
@@ -201,8 +196,8 @@ class HungarianAccuracy(Metric):
     cluster, -1 for unmatched clusters (so ``matching[preds]`` reports predictions as class labels).
 
     Raises:
-        ValueError: if ``num_clusters`` or ``num_classes`` is not a positive integer, or, in
-            ``update``, if shapes differ, dtypes are not integer, or a value is out of range.
+        ValueError: ``num_clusters`` or ``num_classes`` not a positive integer; in ``update``, as
+            :func:`hungarian_accuracy`.
 
     Example:
         >>> import torch

@@ -33,12 +33,10 @@ class PhaseSwitch(L.Callback):
         kmeans_n_init: k-means++ restarts for the centers' initialisation.
         seed: seeds that k-means.
         match_proportions: ``"sizes"`` or ``"none"`` (above).
-        kmeans_at: when the centers are initialised. ``"switch"`` (default): by k-means on the
-            pre-trained embedding when the joint phase starts (the DKM/DEC practice; while
-            pre-training, evaluation refits k-means every epoch). ``"start"``: the paper's Algorithm
-            read literally: k-means on the *untrained* encoder's embedding before the first step,
-            kept through pre-training (evaluation scores those fixed centers) and into the joint
-            phase. The same with ``pretrain_epochs=0``.
+        kmeans_at: when the centers are initialised. ``"switch"`` (default): on the pre-trained embedding when the
+            joint phase starts (the DKM/DEC practice; while pre-training, evaluation refits k-means every epoch).
+            ``"start"``: the paper's Algorithm read literally, on the *untrained* encoder's embedding before the first
+            step, kept through pre-training and into the joint phase. The same with ``pretrain_epochs=0``.
         center_init: what that initialisation draws. ``"kmeans"`` (default): k-means on the embeddings, as
             above. ``"uniform"``: uniform in [-1, 1]^p, seeded by ``seed`` (DKM's initialisation without
             pre-training), then ordered by ``match_proportions`` like k-means centers. ``"constrained"``:

@@ -12,11 +12,8 @@ differ only from the switch to the joint phase on. With a cache folder, a fit
   checkpoint callback's paths), and its logs' rows of those epochs.
 
 A pre-training is found by a hash of the resolved config (:func:`pretraining_key`) without the settings that act only
-from the switch on (the loss, its weight, the proportions, the assignment rule, the refit, ``trainer.max_epochs``) or
-not on training at all (paths, W&B, the progress bar, the figures, which draw with their own generators). Every other
-setting, the seed, data, autoencoder, optimiser and ``phases.pretrain_epochs`` included, must match: a setting wrongly
-kept in the key only stops two runs from sharing. The code is not in the key: empty the folder when the code of the
-pre-training changes.
+from the switch on or not on training at all (:data:`_NOT_PRETRAINING`); every other setting must match. The code is
+not in the key: empty the folder when the code of the pre-training changes.
 """
 
 from __future__ import annotations

@@ -397,13 +397,10 @@ def sinkhorn(
     2018 for the factor). :math:`\tau \to 0` gives :math:`g = 0`, the row-softmax plan of the paper's
     Proposition 2.
 
-    Numerics: log-domain updates, so any cost scale and epsilon work. Float32 resolves a cost only to
-    about 1.2e-7 * max|C|, which makes every plan entry relatively wrong by that over epsilon; when this
-    exceeds ``tol`` the solve runs in float64 internally, and results come back in ``cost``'s dtype.
-
-    Speed at small epsilon: without a warm start, epsilon scaling halves epsilon from the cost's spread, a few
-    iterations per stage; at the target, ``check_every`` iterations are followed by damped Newton steps on g
-    (:func:`_newton`), each checking the error against ``tol``. Rows are always enforced exactly.
+    Numerics: log-domain updates, so any cost scale and epsilon work; where float32 cannot resolve ``tol`` (its
+    spacing at max|C| over epsilon) the solve runs in float64, and results come back in ``cost``'s dtype. Without a
+    warm start, epsilon scaling halves epsilon from the cost's spread; at the target, ``check_every`` iterations are
+    followed by damped Newton steps on g (:func:`_newton`), each checking the error. Rows are always exact.
 
     Args:
         cost: (n, K) cost, finite. With ``distributed``, this rank's rows of the global cost.
@@ -417,9 +414,8 @@ def sinkhorn(
         f_init, g_init: warm-start potentials (n,), (K,) in cost units, e.g. the previous batch's ``g``;
             any constant shift of a balanced ``g`` is fine. A warm start turns epsilon scaling off.
         epsilon_scaling: anneal epsilon from the cost's spread (ignored with a warm start).
-        distributed: if torch.distributed is initialised with several processes, each holds its own rows;
-            column updates and the error are reduced over ranks, so each rank gets its rows of the plan
-            a single process would compute on the concatenated cost, and the same ``g``.
+        distributed: with several processes each holds its own rows; column updates and the error are reduced
+            over ranks, so each rank gets its rows of the single-process plan, and the same ``g``.
         warn: emit a ``RuntimeWarning`` if the tolerance is not reached.
         dtype: the working precision; None picks float64 when float32 cannot resolve ``tol`` (above). Forced
             float32 leaves the error at float32's floor.

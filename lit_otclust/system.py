@@ -5,11 +5,10 @@ Training minimises (the paper's problem (P), Algorithm "OT-based Deep Clustering
 .. math::
     L(\\theta, \\phi, \\mu) = \\ell_r(\\theta, \\phi) + \\lambda\\, \\ell_c(\\theta, \\mu)
 
-over the encoder f_theta, decoder g_phi and centers mu (K, p), where ``l_c`` is the entropic OT
-loss between the batch embeddings (weights 1/m) and the centers (weights w), the soft k-means
-(DKM) loss, or nothing (a plain autoencoder). Phases (autoencoder pre-training, then the joint
-loss) are switched by :class:`lit_otclust.phases.PhaseSwitch`; this module only reads
-``self.joint``. Each point is assigned to ``argmin_k ||f(x) - mu_k||^2``.
+over the encoder f_theta, decoder g_phi and centers mu (K, p), where ``l_c`` is the entropic OT loss between the batch
+embeddings (weights 1/m) and the centers (weights w), the soft k-means (DKM) loss, or nothing (a plain autoencoder).
+:class:`lit_otclust.phases.PhaseSwitch` switches the phases; this module only reads ``self.joint``. Each point is
+assigned to ``argmin_k ||f(x) - mu_k||^2``.
 """
 
 from __future__ import annotations

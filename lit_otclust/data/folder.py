@@ -26,10 +26,8 @@ a truncated file, and LightningCLI builds the data module before the trainer and
 folder. With ``skip_unreadable=True`` the readable files are used instead, with one warning; ``predict`` then has no row
 for the skipped files. Files are only read, never moved or changed.
 
-Images of unequal size. Every image is resized to ``image_size`` (H, W), by default the size of
-the first image in sorted path order, with ``torchvision.transforms.v2.functional.resize(...,
-antialias=True)``: bilinear, the aspect ratio not kept. Crop your images beforehand if
-stretching them would matter. Labels and the rest of the contract: :mod:`lit_otclust.data.user`.
+Images of unequal size are resized to ``image_size`` (H, W), by default the first image's, bilinear with antialias,
+the aspect ratio not kept. Labels and the rest of the contract: :mod:`lit_otclust.data.user`.
 """
 
 from __future__ import annotations
@@ -188,12 +186,11 @@ class ImageFolderDataModule(UserDataModule):
         unreadable_list: the file listing them (:func:`unreadable_list_path`), or None.
 
     Raises:
-        FileNotFoundError: ``data_dir`` (or ``heldout_dir``) missing, without images, or (labelled)
-            without class sub-folders or with an empty class folder; the message names the folder.
-        UnreadableImagesError: files that do not decode (see the module docstring), or, with
-            ``skip_unreadable``, no readable file left.
-        ValueError: ``num_classes`` missing without labels or disagreeing with the class folders; a
-            held-out class unknown to ``data_dir``; the settings of the base class.
+        FileNotFoundError: ``data_dir`` (or ``heldout_dir``) missing, without images, or (labelled) without class
+            sub-folders or with an empty class folder; the message names the folder.
+        UnreadableImagesError: files that do not decode, or, with ``skip_unreadable``, no readable file left.
+        ValueError: ``num_classes`` missing without labels or disagreeing with the class folders; a held-out class
+            unknown to ``data_dir``; the settings of the base class.
     """
 
     def __init__(

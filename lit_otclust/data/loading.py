@@ -26,11 +26,9 @@ class InMemoryDataset(Dataset):
         y: labels, shape (N,), int64; -1 marks a sample without a label (a user's unlabelled images).
         paths: the file each sample was read from (N,), for data read from image files; else None.
 
-    ``dataset[i]`` is ``(x[i], y[i], i)``. ``DataLoader`` calls ``__getitems__`` with a batch's
-    index list when the dataset has one, so batches come out already stacked as
-    ``(x (B, *input_shape), y (B,), index (B,))`` and ``collate_fn=passthrough`` keeps them as is.
-    Any sampler works, so Lightning's automatic ``DistributedSampler`` injection for the training
-    loader (which rebuilds the DataLoader with the same dataset and collate_fn) is unaffected.
+    ``dataset[i]`` is ``(x[i], y[i], i)``. ``DataLoader`` calls ``__getitems__`` with a batch's index list, so batches
+    come out already stacked as ``(x (B, *input_shape), y (B,), index (B,))`` and ``collate_fn=passthrough`` keeps
+    them as is. Any sampler works, Lightning's ``DistributedSampler`` included.
     """
 
     def __init__(self, x: Tensor, y: Tensor, paths: Sequence[str] | None = None) -> None:
@@ -74,10 +72,8 @@ def _gather_on_device(x: Tensor, y: Tensor, indices: Sequence[int]) -> Batch:
 class EpochShuffleSampler(RandomSampler):
     """A random order that depends only on ``(seed, epoch)``.
 
-    torch's RandomSampler draws its order from the global RNG, whose state a checkpoint does not
-    hold, so a resumed run would see other batches than the uninterrupted one. Lightning calls
-    ``set_epoch`` before every epoch; under DDP it replaces this RandomSampler subclass with a
-    DistributedSampler, which is seeded the same way.
+    torch's RandomSampler draws from the global RNG, whose state a checkpoint does not hold. Lightning calls
+    ``set_epoch`` before every epoch; under DDP it replaces this sampler with a DistributedSampler, seeded the same way.
     """
 
     def __init__(self, data_source: Dataset, seed: int) -> None:
@@ -95,11 +91,10 @@ class EpochShuffleSampler(RandomSampler):
 class ResumableLoader(DataLoader):
     """A training ``DataLoader`` that resumes mid-epoch: a restored run skips the batches already trained on.
 
-    Lightning saves ``state_dict()`` in every checkpoint and calls ``load_state_dict`` before the
-    first epoch of a resumed run, so a run stopped inside an epoch (SIGTERM, SLURM's pre-emption
-    signal) continues with the batches it had not seen, in the same order (the order depends only
-    on the seed and the epoch: :class:`EpochShuffleSampler`), and ends equal to an uninterrupted run.
-    Lightning knows the length, so it fetches no batch ahead: what was yielded was trained on.
+    Lightning saves ``state_dict()`` in every checkpoint and calls ``load_state_dict`` before the first epoch of a
+    resumed run, so a run stopped inside an epoch continues with the batches it had not seen, in the same order
+    (:class:`EpochShuffleSampler`), and ends equal to an uninterrupted run. Lightning knows the length, so it fetches
+    no batch ahead: what was yielded was trained on.
     """
 
     def __init__(self, *args, **kwargs) -> None:

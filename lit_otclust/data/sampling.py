@@ -16,11 +16,9 @@ from torch import Tensor
 def stratified_indices(labels: Tensor, size: int, seed: int) -> Tensor:
     """Draw ``size`` sample positions with classes as equal in number as the data allow.
 
-    Each class :math:`c` with :math:`n_c` samples receives :math:`q_c` of them, where the quotas
-    fill classes from the smallest up with :math:`q_c = \\min(n_c, \\lceil r / k \\rceil)`,
-    :math:`r` the samples still to draw and :math:`k` the classes still to serve. Classes with
-    enough samples therefore differ by at most one, and a class too small for its share gives
-    all it has, its deficit spread over the others.
+    The quotas fill classes from the smallest up with :math:`q_c = \\min(n_c, \\lceil r / k \\rceil)`, :math:`r` the
+    samples still to draw and :math:`k` the classes still to serve: classes with enough samples differ by at most one,
+    and a class too small for its share gives all it has.
 
     Args:
         labels: class of each sample, shape (N,), int64, values in [0, K).
@@ -52,8 +50,7 @@ def geometric_proportions(num_classes: int, ratio: float) -> list[float]:
     .. math::
         w_c = \\frac{r^{-c / (C - 1)}}{\\sum_{j=0}^{C-1} r^{-j / (C - 1)}}, \\qquad c = 0, \\dots, C - 1,
 
-    the usual way to make a long-tailed version of a balanced data set (the imbalance ratio r is
-    the largest class over the smallest). ``ratio = 1`` gives uniform proportions.
+    the usual long-tailed version of a balanced data set. ``ratio = 1`` gives uniform proportions.
 
     Args:
         num_classes: C >= 2.
@@ -89,12 +86,10 @@ def check_class_proportions(proportions: Sequence[float], num_classes: int | Non
 def proportional_counts(counts: Tensor, proportions: Sequence[float], size: int | None = None) -> Tensor:
     """How many samples of each class to keep so that the classes follow ``proportions``.
 
-    With ``size=None``, the largest sample the classes allow: with :math:`n_c` samples of class
-    :math:`c` and proportion :math:`w_c`, the total is :math:`s = \\min_{c : w_c > 0} n_c / w_c` and
-    class :math:`c` keeps :math:`\\lfloor w_c s \\rfloor`, so the class that runs out first keeps all
-    its samples (with a long-tailed ``w`` on balanced data: the largest class is kept whole).
-    With ``size``, exactly that many: :math:`\\lfloor w_c \\, size \\rfloor` each, the remainder going one
-    by one to the classes with the largest fractional parts.
+    With ``size=None``, the largest sample the classes allow: with :math:`n_c` samples of class :math:`c` and
+    proportion :math:`w_c`, the total is :math:`s = \\min_{c : w_c > 0} n_c / w_c` and class :math:`c` keeps
+    :math:`\\lfloor w_c s \\rfloor`, so the class that runs out first keeps all its samples. With ``size``, exactly that
+    many: :math:`\\lfloor w_c \\, size \\rfloor` each, the remainder one by one to the largest fractional parts.
 
     Args:
         counts: samples available per class, shape (C,), int64.

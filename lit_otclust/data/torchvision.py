@@ -15,11 +15,6 @@ which it compares with, cluster all of them, so the configs use ``fit_split="all
 The held-out loader always serves the official test split. Under ``"all"`` and ``"test"`` that
 split is *inside* the fitted samples, so its accuracy measures the learned classifier on those
 images, not generalisation; only ``"train"`` gives a genuine out-of-sample accuracy.
-
-Classes (``classes``)
----------------------
-MNIST and CIFAR-10 also take ``classes``, a few classes kept and relabelled 0, 1, ... (e.g. the
-paper's two-digit example: ``classes=[1, 2]``, ``class_proportions=[0.2, 0.8]``).
 """
 
 from __future__ import annotations
@@ -50,21 +45,13 @@ class TorchvisionDataModule(InMemoryDataModule):
             order given, in the fitted and the held-out samples; ``num_classes`` (hence the model's
             number of clusters, linked by the CLI) becomes their number. ``class_proportions`` and
             ``subset`` then apply to the kept samples, ``class_proportions[i]`` to ``classes[i]``.
-        **loader: the loader settings of :class:`~lit_otclust.data.base.InMemoryDataModule` (batch_size,
-            eval_batch_size, subset, class_proportions, seed, scaling, drop_last, num_workers, on_device). Here
-            ``subset`` also cuts the held-out test split, the same way, to min(subset, 10,000) samples, so smoke runs
-            stay fast; ``class_proportions`` subsamples the test split the same way; "standard" ``scaling`` is (pixel /
-            255 - mean) / std per channel, with the official training split's ``mean`` and ``std``.
-
-    The loaders are :class:`~lit_otclust.data.base.InMemoryDataModule`'s; ``num_classes`` is set per
-    instance when ``classes`` is given.
+        **loader: the loader settings of :class:`~lit_otclust.data.base.InMemoryDataModule`. ``subset`` and
+            ``class_proportions`` also cut the held-out test split, the same way; "standard" ``scaling`` uses the
+            official training split's ``mean`` and ``std`` per channel.
 
     Raises:
-        ValueError: unknown fit_split or scaling; subset outside [1, available]; batch_size or
-            eval_batch_size below 1; batch_size above the fitted samples with drop_last; on_device
-            with num_workers > 0; class_proportions not one non-negative number per class summing
-            to 1, or (in ``setup``) asking a class for more samples than it has; classes with
-            repeats, fewer than 2, or outside [0, 10).
+        ValueError: unknown fit_split; classes with repeats, fewer than 2, or outside [0, 10); a loader setting the
+            base class refuses; (in ``setup``) class_proportions asking a class for more samples than it has.
         FileNotFoundError: in ``setup``, when files are missing (names the folder and the files).
     """
 
