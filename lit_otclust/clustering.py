@@ -208,7 +208,8 @@ def _lloyd(x: Tensor, x_sq: Tensor, a: Tensor, w: Tensor, mu: Tensor, eps: float
         if shift < tol:
             break
     cost = _costs(x, x_sq, mu)
-    plan = _solve(cost, a, w, eps, g, tol=final_tol, max_iter=_NEWTON_ITERS if final_tol < _LLOYD_TOL else _NEWTON_LLOYD)
+    iters = _NEWTON_ITERS if final_tol < _LLOYD_TOL else _NEWTON_LLOYD
+    plan = _solve(cost, a, w, eps, g, tol=final_tol, max_iter=iters)
     value = float((plan.rows * cost).sum(0).double() @ a.double())
     return value, mu, plan.g
 
