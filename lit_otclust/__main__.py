@@ -23,9 +23,8 @@ def console() -> None:
     """The process's entry point (``lit-otclust`` and ``python -m lit_otclust``): :func:`main` without its return
     value, which the script's ``sys.exit(...)`` would print and turn into exit status 1 after a successful run."""
     quiet_third_party_notices()
-    # This process starts and owns its W&B service. A token inherited from the process that started it (a notebook, a
-    # test session, a study runner that used W&B) would attach it to that one: its run would never finish there, and a
-    # resumed attempt would find its own run id still in use.
+    # This process owns its W&B service: a token inherited from the process that started it would attach it to
+    # that one's, where its run would never finish.
     os.environ.pop("WANDB_SERVICE", None)
     if not {"-h", "--help", "--print_config"} & set(sys.argv[1:]):  # help trains nothing: no word on the cores
         warn_if_cores_are_busy()

@@ -7,9 +7,8 @@
   Ctrl-C in one process. With the resumable training loader (:class:`lit_otclust.data.ResumableLoader`)
   ``--ckpt_path last`` then continues with the very next batch.
 
-On SLURM one mechanism requeues: ``scripts/slurm.sbatch`` asks for SIGTERM before the time limit and requeues the
-job when the run exits 143. Lightning's own auto-requeue (SIGUSR1) is switched off by the CLI: its handler saves a
-checkpoint, a collective, from inside the signal handler, which can deadlock DDP ranks.
+On SLURM ``scripts/slurm.sbatch`` asks for SIGTERM before the time limit and requeues the job when the run exits 143;
+the CLI switches Lightning's auto-requeue off (its SIGUSR1 handler saves, a collective, which can deadlock DDP ranks).
 """
 
 from __future__ import annotations

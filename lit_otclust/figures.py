@@ -54,12 +54,9 @@ class _Snapshot(NamedTuple):
 class ClusterFigures(L.Callback):
     """Pictures of the clusters of the fitted images: galleries, confusion matrix, PCA map, sizes, Sinkhorn plan.
 
-    When: at the end of every ``every_n_epochs``-th validation while fitting (0: never), and, with ``final``, at the end
-    of fit (``<name>_final.png``, a copy of the last drawing when nothing trained since) and at the end of predict.
-    Where: ``<default_root_dir>/figures/<name>_epochNNN.png``, and, with a ``WandbLogger``, as ``wandb.Image`` under
-    ``figures/<name>`` together with the cluster-size histograms ``val/cluster_sizes`` (fitted samples) and
-    ``heldout/cluster_sizes``. Only global rank 0 embeds and draws; the module is left as it was (its train/eval modes
-    restored, no parameter or buffer written).
+    Drawn into ``<default_root_dir>/figures/<name>_<tag>.png`` (and to W&B under ``figures/<name>``, with the
+    cluster-size histograms ``val/cluster_sizes`` and ``heldout/cluster_sizes``). Only global rank 0 embeds and draws;
+    the module is left as it was (train/eval modes restored, no parameter or buffer written).
 
     Args:
         every_n_epochs: draw after the validation of epochs ``n - 1, 2n - 1, ...``; 0 turns that off.

@@ -63,11 +63,11 @@ def ot_clustering_loss(
         gradient: ``"envelope"`` (default) solves without autograd and differentiates the objective with
             the plan held fixed, exact at the optimum by Danskin's theorem: :math:`\partial\ell/\partial C = P^*`.
             ``"unrolled"`` backpropagates through the iterations, as in the paper (single process only).
-        solver: a key of :data:`lit_otclust.sinkhorn.SOLVERS`. ``"fixed"``: ``iters`` iterations warm-started from
-            ``g_init``, columns exact, rows loose, no host read. ``"solve"`` (default): solved to ``tol`` within
-            ``max_iter``, warm-started from ``g_init``. ``"algorithm1"``: the paper's Algorithm 1, ``max_iter``
-            iterations from a cold start, columns exact and rows loose; balanced, single process. The last two's
-            plans are minimisers only once converged, so their ``"envelope"`` gradient is approximate.
+        solver: a key of :data:`lit_otclust.sinkhorn.SOLVERS`: ``"fixed"``
+            (:func:`~lit_otclust.sinkhorn.sinkhorn_fixed`, ``iters`` iterations from ``g_init``), ``"solve"`` (default,
+            :func:`~lit_otclust.sinkhorn.sinkhorn` to ``tol``) or ``"algorithm1"``
+            (:func:`~lit_otclust.sinkhorn.sinkhorn_algorithm1`, ``max_iter`` iterations).
+            A plan is a minimiser only once converged, so otherwise the ``"envelope"`` gradient is approximate.
 
     Returns:
         The scalar loss (with ``distributed``: this rank's share, summing over ranks to the global loss)

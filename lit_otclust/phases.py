@@ -37,18 +37,17 @@ class PhaseSwitch(L.Callback):
             joint phase starts (the DKM/DEC practice; while pre-training, evaluation refits k-means every epoch).
             ``"start"``: the paper's Algorithm read literally, on the *untrained* encoder's embedding before the first
             step, kept through pre-training and into the joint phase. The same with ``pretrain_epochs=0``.
-        center_init: what that initialisation draws. ``"kmeans"`` (default): k-means on the embeddings, as
-            above. ``"uniform"``: uniform in [-1, 1]^p, seeded by ``seed`` (DKM's initialisation without
-            pre-training), then ordered by ``match_proportions`` like k-means centers. ``"constrained"``:
-            size-constrained k-means with the model's proportions (:func:`lit_otclust.clustering.constrained_kmeans`),
-            which chooses the center of each w_k by transport cost over ``kmeans_n_init`` restarts, not by k-means'
-            sizes. Evaluation while pre-training still scores k-means centers of the current embedding; without a
-            loss (AE + k-means) every evaluation scores size-constrained k-means: AE + size-constrained k-means.
+        center_init: what that initialisation draws. ``"kmeans"`` (default): k-means on the embeddings. ``"uniform"``:
+            uniform in [-1, 1]^p, seeded by ``seed`` (DKM's initialisation without pre-training), then ordered by
+            ``match_proportions``. ``"constrained"``: size-constrained k-means with the model's proportions
+            (:func:`lit_otclust.clustering.constrained_kmeans`), center k carrying w_k. Evaluation while pre-training
+            still scores k-means centers; without a loss every evaluation scores size-constrained k-means (the
+            AE + size-constrained k-means baseline).
         refit_epochs: joint epochs (0: the first after the switch) at whose start the centers are fit again to the
-            current embedding by size-constrained k-means with the model's proportions (the ``"constrained"``
-            initialisation) and their Adam state is dropped. The loss's potentials are left to follow the new centers
-            over the epoch's batches. Default (None): the last joint epoch where the loss constrains the sizes to a
-            non-uniform w, none otherwise; ``[]``: never. Why: RESULTS.md, "Known cluster proportions".
+            current embedding by the ``"constrained"`` initialisation and their Adam state is dropped (the loss's
+            potentials follow over the epoch's batches). Default (None): the last joint epoch where the loss
+            constrains the sizes to a non-uniform w, none otherwise; ``[]``: never. Why: RESULTS.md, "Known cluster
+            proportions".
         warmup_steps: optimizer steps over which the joint phase's learning rates ramp linearly from 1/warmup_steps
             of their value up to it (0: none). Why: the switch restarts the optimisation, and a restarted Adam's first
             steps move every weight by about the learning rate whatever its gradient (its second moments start at

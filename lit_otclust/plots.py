@@ -2,14 +2,6 @@
 
 Built on the Agg canvas, never through ``pyplot``: no global figure registry, no GUI backend, nothing
 to close by hand. The :class:`~lit_otclust.figures.ClusterFigures` callback decides when to draw.
-
-- :func:`gallery_figure`: per cluster, the images nearest its center, one row per cluster;
-- :func:`confusion_figure`: clusters x classes counts, rows ordered by the Hungarian-matched class
-  (:func:`matched_confusion`);
-- :func:`embedding_figure`: a 2-D PCA of the embeddings and centers (:func:`pca_2d`), coloured by
-  cluster and by class;
-- :func:`sizes_figure`: the cluster sizes against the prescribed proportions w;
-- :func:`plan_figure`: a Sinkhorn plan of one batch.
 """
 
 from __future__ import annotations

@@ -3,13 +3,11 @@
 The (p) configs of one seed pre-train the same autoencoder on the same batches; OT, soft k-means and their variants
 differ only from the switch to the joint phase on. With a cache folder, a fit
 
-- whose pre-training DIR holds, and which has no checkpoint of its own, starts from it as a run resumed at the switch:
-  the same weights, Adam state, scheduler, data order and epoch count, so it ends where the run that pre-trains itself
-  ends (``tests/test_pretrain_cache.py``). Its CSV log gets the pre-training's rows as an earlier attempt's, which
-  its W&B run receives too (:mod:`lit_otclust.wandb_run`), and ``<root>/pretrained.json`` names what it started from;
+- whose pre-training DIR holds, and which has no checkpoint of its own, starts from it as a run resumed at the switch,
+  so it ends where the run that pre-trains itself ends. Its CSV log (and W&B run) gets the pre-training's rows as an
+  earlier attempt's, and ``<root>/pretrained.json`` names what it started from;
 - whose pre-training DIR lacks, writes it when its joint phase starts (:class:`SharedPretraining`): the checkpoint of
-  its last pre-training epoch, without the state that belongs to one run (the loss's buffers, the proportions, the
-  checkpoint callback's paths), and its logs' rows of those epochs.
+  its last pre-training epoch, without the state that belongs to one run, and its logs' rows of those epochs.
 
 A pre-training is found by a hash of the resolved config (:func:`pretraining_key`) without the settings that act only
 from the switch on or not on training at all (:data:`_NOT_PRETRAINING`); every other setting must match. The code is

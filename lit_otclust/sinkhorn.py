@@ -79,9 +79,8 @@ _F = TypeVar("_F", bound=Callable)
 
 
 def _full_precision(fn: _F) -> _F:
-    """Runs ``fn`` with autocast off: under mixed precision (``trainer.precision=bf16-mixed``) autocast would run the
-    cost's and the solver's matrix products in bfloat16, whose 8-bit mantissa rounds a squared distance of 100 by
-    ~0.4, forty times the paper's epsilon. The first tensor argument names the device."""
+    """Runs ``fn`` with autocast off: under mixed precision bfloat16 products would round a squared distance of 100
+    by ~0.4, forty times the paper's epsilon. The first tensor argument names the device."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         device = next(a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)).device.type
@@ -563,10 +562,9 @@ def sinkhorn_fixed(cost: Tensor, b: Tensor | None = None, g_init: Tensor | None 
 
 
 class Solver(Protocol):
-    """The signature every entry of :data:`SOLVERS` shares: the plan of ``cost`` (n, K) towards the column weights
-    ``b`` (K,), warm-started from the column potential ``g_init`` (K,) where the solver takes one. ``iters``: the
-    iterations of the fixed-length solves; ``max_iter`` and ``tol``: the stopping rule of the solve to a tolerance
-    (whose iteration cap ``max_iter`` is also Algorithm 1's fixed count); each solver reads the ones it needs."""
+    """The signature every entry of :data:`SOLVERS` shares: the plan of ``cost`` (n, K) towards ``b`` (K,), from
+    ``g_init`` (K,) where the solver takes one; each reads the settings it needs (``iters``: the fixed solve's count;
+    ``max_iter``: the solve's cap and Algorithm 1's count; ``tol``)."""
 
     def __call__(self, cost: Tensor, b: Tensor | None, g_init: Tensor | None, *, epsilon: float, iters: int,
                  max_iter: int, tol: float, reg_m: float | None, distributed: bool, warn: bool) -> SinkhornResult: ...

@@ -11,10 +11,9 @@ _sigterm = False  # this process received SIGTERM and no run has stopped for it 
 
 
 def hold_sigterm() -> None:
-    """Block SIGTERM in the calling thread; called by the entry point of ``fit`` before any other thread exists, so
-    that every thread the process starts (gloo's, W&B's, torch's) inherits the block. A SIGTERM then stays pending
-    until the fit reads it at a batch boundary (:func:`take_sigterm`): no handler runs in the middle of a collective
-    and no thread's socket read returns EINTR mid-message. Where threads cannot mask signals (Windows), nothing."""
+    """Block SIGTERM in the calling thread, before any other thread exists, so every thread inherits the block: a
+    SIGTERM stays pending until the fit reads it at a batch boundary (:func:`take_sigterm`), never interrupting a
+    collective or a socket read. Where threads cannot mask signals (Windows), nothing."""
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 

@@ -204,20 +204,14 @@ class DeepClustering(L.LightningModule):
                 clust, stats = self.loss(z, self.centers, self.proportions)
             except NonFiniteCostError:  # the solver refuses a non-finite cost: name the term and the step
                 self._non_finite({"cost ||f(x) - mu||^2 (embeddings or centers diverged)": torch.tensor(math.nan)})
-            self._update_train_acc(nearest, z.detach(), batch[1])
+            rule, y = self.hparams.assignment, batch[1]  # train/acc: this batch's assignments against its labels
+            pred = nearest if rule == "distance" else self.assign(z.detach(), rule)
+            self.metrics[f"train_{rule}"].update(pred[y >= 0], y[y >= 0])  # y = -1: no label
         else:
             # Zero-weight use of the centers keeps DDP's every-parameter-gets-a-gradient rule.
             clust, stats = self.centers.sum() * 0.0, {}
         loss = recon + self.hparams.clustering_weight * clust
         return self._finish_step(loss, recon, clust, stats)
-
-    def _update_train_acc(self, nearest: Tensor, z: Tensor, y: Tensor) -> None:
-        """``train/acc``: this batch's assignments (``nearest`` (m,) or, by the potential rule, from ``z`` (m, p))
-        against its labels ``y`` (m,)."""
-        rule = self.hparams.assignment
-        pred = nearest if rule == "distance" else self.assign(z, rule)
-        labelled = y >= 0  # y = -1: no label, as in validation_step
-        self.metrics[f"train_{rule}"].update(pred[labelled], y[labelled])
 
     def _finish_step(self, loss: Tensor, recon: Tensor, clust: Tensor, stats: dict) -> Tensor:
         if not torch.isfinite(loss):  # one host sync a step; the Sinkhorn loop already syncs more often
@@ -244,8 +238,7 @@ class DeepClustering(L.LightningModule):
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # The tensors this step writes: the optimizer's own list, not a walk of the module tree every step.
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-        # A NaN or inf anywhere makes its tensor's sum non-finite: one read of the gradients and one host sync.
-        # Only then the exact check, element by element (huge finite gradients can overflow a sum, not it).
+        # A NaN or inf makes its tensor's sum non-finite: one host sync. Only then the exact check, element by element.
         if grads and not torch.isfinite(torch.stack([g.sum() for g in grads]).sum()):
             names = [n for n, p in self.named_parameters() if p.grad is not None and not torch.isfinite(p.grad).all()]
             if not names:
@@ -298,9 +291,8 @@ class DeepClustering(L.LightningModule):
         self._heldout_offset = getattr(getattr(self.trainer, "datamodule", None), "heldout_offset", None)
 
     def validation_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
-        """Assigns by the centers; evaluation only reads them. While pre-training and for the AE + k-means
-        baseline (``loss=None``) those are k-means centers, which ``PhaseSwitch`` fits on the
-        embeddings before each evaluation of a ``fit`` (a step of that method, not of the evaluation)."""
+        """Assigns by the centers; evaluation only reads them (``PhaseSwitch`` fits k-means centers before each
+        evaluation while pre-training and for the AE + k-means baseline)."""
         x, y, index = batch
         z = self.embed(x)
         pred = {rule: self.assign(z, rule) for rule in ("distance", "potential")}

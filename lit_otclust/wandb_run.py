@@ -17,6 +17,7 @@ cannot be shielded from the job's signal, so the logging is what must not fail:
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import importlib.util
 import json
@@ -57,10 +58,8 @@ def _service_gone(error: BaseException) -> bool:
 
 
 def close_after_stop(exit_code: int) -> None:
-    """Finish this process's W&B run as a stopped fit exits (``exit_code``, as W&B's exit hook would), so that a
-    caller that goes on (a notebook, a test) can start another. Where the stop's SIGTERM also ended W&B's service, the
-    finish fails on the closed socket, and so would the exit hook, printing its traceback as the process ends: then
-    W&B is torn down here, quietly, with one line instead."""
+    """Finish this process's W&B run as a stopped fit exits (``exit_code``), so that a caller that goes on (a
+    notebook, a test) can start another. Where the SIGTERM also ended W&B's service, W&B is torn down quietly."""
     if "wandb" not in sys.modules:
         return
     import wandb
@@ -72,10 +71,8 @@ def close_after_stop(exit_code: int) -> None:
     except Exception as error:  # noqa: BLE001 - re-raised unless it says the service is gone
         if not _service_gone(error):
             raise
-        try:  # frees the exit hook, which would fail the same way
+        with contextlib.suppress(Exception):  # frees the exit hook, which would fail the same way
             wandb.teardown()
-        except Exception:  # noqa: BLE001
-            pass
         print("lit_otclust: W&B's service had stopped (the same SIGTERM reached it); the resumed run continues its "
               "W&B run and sends it the rows it lacks", file=sys.stderr)
 
@@ -158,10 +155,8 @@ class ResumableWandbLogger(WandbLogger):
         if not self._gone:
             import wandb
 
-            try:  # frees W&B's exit hook, which would print the same error again as the process ends
+            with contextlib.suppress(Exception):  # frees W&B's exit hook, which would print the same error again
                 wandb.teardown()
-            except Exception:  # noqa: BLE001 - it fails the same way: the service is gone
-                pass
             rank_zero_warn(f"W&B's service is gone ({type(error).__name__}: {error}): W&B logging stops for this "
                            "attempt; the CSV log and checkpoints go on, and a resumed run (--ckpt_path last) "
                            f"continues W&B run {self._run_id} and sends it the rows it lacks")
@@ -240,10 +235,8 @@ class ResumableWandbLogger(WandbLogger):
 
 def default_loggers(root: Path, name: str, log_model: bool | Literal["all"] = False, group: str | None = None,
                     job_type: str | None = None, tags: list[str] | None = None, resume: bool = False) -> list:
-    """CSV and W&B under ``root``; ``group``, ``job_type`` and ``tags`` place the W&B run among others (a study's
-    runs share a group, a Table 1 column is a job type, its seed and grid settings are tags). ``resume``: the fit
-    resumes from a checkpoint, and continues the W&B run of the attempts before (:mod:`lit_otclust.wandb_run`).
-    Without the wandb package installed (a bare GPU image, say) the fit logs to CSV alone, with a warning."""
+    """CSV and W&B under ``root``; ``group``, ``job_type`` and ``tags`` place the W&B run among others. ``resume``:
+    the fit continues the W&B run of the attempts before. Without the wandb package, CSV alone, with a warning."""
     csv_logger = CSVLogger(save_dir=str(root), name="csv")
     if importlib.util.find_spec("wandb") is None:
         rank_zero_warn("the wandb package is not installed: this fit logs to CSV alone, under "

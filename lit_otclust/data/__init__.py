@@ -5,14 +5,12 @@
 - :mod:`~lit_otclust.data.folder` and :mod:`~lit_otclust.data.arrays`: your own images, a folder of
   image files or an array file, or features (N, d) in an array file or in memory
   (``ArrayDataModule.from_arrays``), with or without labels (:mod:`~lit_otclust.data.user`).
-- :mod:`~lit_otclust.data.base`: what they share: the loader settings (``batch_size``,
-  ``eval_batch_size``, ``subset``, ``class_proportions``, ``seed``, ``scaling``, ``drop_last``,
-  ``num_workers``, ``on_device``), stated once in :class:`InMemoryDataModule`, and the loaders.
+- :mod:`~lit_otclust.data.base`: what they share: the loader settings (``batch_size``, ``subset``,
+  ``class_proportions`` for imbalanced data sets, ...), stated once in :class:`InMemoryDataModule`, and the loaders.
 - :mod:`~lit_otclust.data.loading`: the in-memory dataset, the resumable training loader and its seeded sampler.
 - :mod:`~lit_otclust.data.sampling`: seeded stratified subsets and class-proportional subsamples.
 
-Imbalanced data sets: ``class_proportions`` (:class:`InMemoryDataModule`). In a config, ``class_path: lit_otclust.data.MNISTDataModule`` (and the other data modules'
-names here) resolves through this package.
+In a config, ``class_path: lit_otclust.data.MNISTDataModule`` (and the other names here) resolves through this package.
 """
 
 from lit_otclust.data.arrays import ArrayDataModule

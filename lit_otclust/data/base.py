@@ -173,13 +173,9 @@ class InMemoryDataModule(L.LightningDataModule):
 
     def _move_to_device(self, dataset: InMemoryDataset) -> None:
         """``on_device``: move the dataset's tensors to the trainer's device, once; outside a Trainer they stay."""
-        if self.trainer is None:
-            return
-        device = self.trainer.strategy.root_device
-        if dataset.x.device != device:
-            dataset.x = dataset.x.to(device)
-        if dataset.y.device != device:
-            dataset.y = dataset.y.to(device)
+        if self.trainer is not None:  # .to is a no-op where they already are
+            device = self.trainer.strategy.root_device
+            dataset.x, dataset.y = dataset.x.to(device), dataset.y.to(device)
 
     def _loader(self, dataset: InMemoryDataset | None, train: bool) -> DataLoader:
         if dataset is None:
