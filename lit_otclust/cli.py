@@ -84,8 +84,7 @@ class OTClusterCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs):
         trainer_cfg = self._get(self.config_init, "trainer", default={})
         if trainer_cfg.get("barebones"):
-            # Lightning's raw-speed mode refuses self.log, which records this method's curves (val/acc, ...), and the
-            # loggers, checkpoints and bar this command adds: say what does the same here instead of its errors.
+            # Lightning's raw-speed mode refuses self.log and what this command adds: name what does the same here.
             raise ValueError("trainer.barebones=true refuses self.log, which records the curves of this method; for a "
                              "run without outputs pass --trainer.logger false --trainer.enable_checkpointing false "
                              "--trainer.enable_progress_bar false --figures.final false instead")
@@ -100,8 +99,7 @@ class OTClusterCLI(LightningCLI):
                                                         get("job_type"), list(get("tags") or []), resume)
         if logger:
             callbacks.append(LearningRateMonitor(logging_interval="epoch"))
-        # trainer.enable_checkpointing=false: no checkpoint callback, or Lightning refuses the list (and
-        # SignalCheckpoint, which saves into a ModelCheckpoint's folder, then saves nothing).
+        # trainer.enable_checkpointing=false: no checkpoint callback, or Lightning refuses the list.
         checkpointing = trainer_cfg.get("enable_checkpointing", True) is not False
         if checkpointing and not any(isinstance(cb, ModelCheckpoint) for cb in callbacks):
             # Every epoch's state and last.ckpt, both written atomically (AtomicCheckpointIO).
@@ -121,8 +119,7 @@ class OTClusterCLI(LightningCLI):
         if not any(isinstance(p, CheckpointIO) for p in plugins):
             plugins.append(AtomicCheckpointIO())
         if SLURMEnvironment.detect() and not any(isinstance(p, ClusterEnvironment) for p in plugins):
-            # One requeue mechanism: scripts/slurm.sbatch's (SIGTERM, exit 143, requeue). Lightning's auto-requeue
-            # saves a checkpoint inside its SIGUSR1 handler, a collective that can deadlock DDP ranks.
+            # One requeue mechanism: scripts/slurm.sbatch's (lit_otclust.checkpointing's module docstring).
             plugins.append(SLURMEnvironment(auto_requeue=False))
         kwargs["plugins"] = plugins
         if self.subcommand == "predict" and not any(isinstance(cb, ClusterWriter) for cb in callbacks):
@@ -165,8 +162,7 @@ def main(args: list[str] | None = None) -> OTClusterCLI:
                             save_config_kwargs={"overwrite": True}, args=args,
                             auto_configure_optimizers=False)  # the model's own `optimizer` and `lr_scheduler`
     except SIGTERMException:
-        # Lightning's SIGTERMException exits with status 0, like a finished run. 143 (128 + SIGTERM, the
-        # shell's convention) lets a job script tell "stopped, last.ckpt saved: requeue" from "done".
+        # Lightning's SIGTERMException exits 0, like a finished run; 143 (128 + SIGTERM) tells a job script to requeue.
         close_after_stop(SIGTERM_EXIT)
         raise SystemExit(SIGTERM_EXIT) from None
     except ValueError as error:

@@ -85,8 +85,7 @@ class ClusterFigures(L.Callback):
         self._last = None
 
     def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # After the whole evaluation, so the pictures show the centers it scored (while pre-training, the
-        # k-means centers PhaseSwitch fits at its start).
+        # After the whole evaluation, so the pictures show the centers it scored.
         if trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING or self.every_n_epochs == 0:
             return
         epoch = trainer.current_epoch

@@ -249,8 +249,7 @@ class OTLoss(ClusteringLoss):
             self._worst_error = max(self._worst_error, float(res.marginal_error))
         self.g_last.copy_(res.g)
         self._average_potential(res.g)
-        # The share of points the size constraint sends to another center than their nearest: the batch noise a
-        # balanced plan pushes into the embedding.
+        # The share of points the size constraint sends to another center than their nearest.
         moved = (res.plan.argmax(1) != nearest).float().mean()
         stats = {"plan_moved": moved, "sinkhorn_iters": float(res.n_iter), "sinkhorn_error": res.marginal_error}
         if self.solver != "fixed":  # the fixed solve checks nothing: its error stays a tensor on the device
@@ -262,9 +261,8 @@ class OTLoss(ClusteringLoss):
 
     def _average_potential(self, g: Tensor) -> None:
         """Fold this batch's cluster potential g (K,) into ``g_avg``."""
-        # Fix the gauge (f + c, g - c) before averaging. A cluster of proportion 0 has g = -inf (it can
-        # take no mass): it stays out of the mean, and its average stays -inf, so the potential rule
-        # never assigns to it, instead of turning g_avg into NaN for good.
+        # Fix the gauge (f + c, g - c) before averaging. A cluster of proportion 0 has g = -inf: it stays out of the
+        # mean and its average stays -inf (never assigned to), instead of turning g_avg into NaN for good.
         finite = torch.isfinite(g)
         g = g - torch.where(finite, g, 0.0).sum() / finite.sum()
         self.g_count += 1

@@ -47,9 +47,8 @@ def match_clusters(contingency: Tensor) -> Tensor:
 
         \sigma^\star = \arg\max_{\sigma} \sum_{k} n_{k\,\sigma(k)},
 
-    over injective partial maps :math:`\sigma` from the :math:`K` clusters to the :math:`C`
-    classes (Hungarian algorithm, ``scipy.optimize.linear_sum_assignment``). When
-    :math:`K > C` only :math:`C` clusters get a class; the other :math:`K - C` stay unmatched.
+    over injective partial maps :math:`\sigma` from the :math:`K` clusters to the :math:`C` classes (Hungarian
+    algorithm, ``scipy.optimize.linear_sum_assignment``); when :math:`K > C`, :math:`K - C` clusters stay unmatched.
 
     Args:
         contingency: (K, C) counts :math:`n_{kc}` of samples in cluster k with class c.
@@ -145,10 +144,8 @@ def hungarian_accuracy(preds: Tensor, target: Tensor, num_clusters: int, num_cla
     """Functional twin of :class:`HungarianAccuracy` for one set of predictions.
 
     Args:
-        preds: (N,) integer cluster ids in [0, num_clusters).
-        target: (N,) integer class labels in [0, num_classes).
-        num_clusters: K, the number of clusters.
-        num_classes: C, the number of classes.
+        preds: (N,) integer cluster ids in [0, K). target: (N,) integer class labels in [0, C).
+        num_clusters: K, the number of clusters. num_classes: C, the number of classes.
 
     Returns:
         ``{"acc", "nmi", "ari", "size_error"}`` float32 scalars and ``"matching"``, (K,) long, -1 if unmatched.

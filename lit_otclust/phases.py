@@ -186,9 +186,8 @@ class PhaseSwitch(L.Callback):
         return [last - 1 - self.switch_epoch]
 
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # Pre-training, and the AE + k-means baseline throughout, are scored by k-means on the current
-        # embeddings: fit the centers here, as a step of training, so that evaluation only reads them
-        # (and `validate`/`test`/`predict` from a checkpoint use the centers of the run).
+        # Pre-training, and the AE + k-means baseline throughout, are scored by k-means on the current embeddings:
+        # fit here, as a step of training, so evaluation (and validate/test/predict from a checkpoint) only reads them.
         baseline = getattr(pl_module, "loss", None) is None
         refit = (self.phase == "pretrain" and self.kmeans_at == "switch") or baseline
         if trainer.state.fn == "fit" and refit:

@@ -29,15 +29,13 @@ from torch import Tensor
 __all__ = ["NonFiniteCostError", "SOLVERS", "SinkhornResult", "squared_distances", "sinkhorn", "sinkhorn_algorithm1",
            "sinkhorn_fixed"]
 
-# Epsilon scaling: each stage divides epsilon by this factor and runs a few iterations warm-started from
-# the previous stage, so that the last stage starts close to its fixed point (Schmitzer 2019, Sec. 3.2).
+# Epsilon scaling: each stage divides epsilon by this factor and runs a few iterations (Schmitzer 2019, Sec. 3.2).
 _SCALING_FACTOR = 0.5
 _STAGE_ITERS = 3
 # The fast solver updates the row potentials from the previous plan times exp(dg / eps); beyond this
 # exponent, plan entries that underflowed could matter again, so it recomputes the log-sum-exp instead.
 _MAX_LOG_STEP = {torch.float32: 10.0, torch.float64: 30.0}
-# exp() of arguments that underflow takes ~35x longer on CPU; flooring them costs a pass but leaves
-# entries (exp(-300) or exp(-80)) that are negligible against any tolerance.
+# exp() of arguments that underflow is far slower on CPU; floored entries are negligible against any tolerance.
 _EXP_FLOOR = {torch.float32: -80.0, torch.float64: -300.0}
 # Column or row masses below this are too close to underflow to take their log safely.
 _TINY = {torch.float32: 1e-30, torch.float64: 1e-250}
@@ -322,14 +320,12 @@ def _newton(cost, a, b, g, eps, max_steps, tol, reg_m, group):
                 slope, trial_f, trial_dual, new_err, *factored = read(*values)
                 ok = all(factored)  # on the CPU nothing to read: a failed factorisation never got here
                 trial_value = trial_f + trial_dual
-                # Near the optimum F changes below its rounding, so a drop of the marginal error with F
-                # level (up to rounding) also counts as progress.
+                # Near the optimum F changes below its rounding: a lower error with F level counts as progress.
                 rounding = _F_ROUNDING[cost.dtype] * (1.0 + abs(value))
                 if ok and (trial_value >= value + 1e-4 * slope or (new_err < err and trial_value >= value - rounding)):
                     f, plan, g, grad = trial[:4]
                     value, err = trial_value, new_err
-                    # Relax by 3, not by the 10 it grows by: with nearly hard plans /10 undershoots the next
-                    # step's damping and costs refactorisations.
+                    # Relax by 3, not 10: with nearly hard plans /10 undershoots the next step's damping.
                     damping = max(damping / 3.0, 1e-12)
                     break
             damping *= 10.0

@@ -104,8 +104,7 @@ class DeepClustering(L.LightningModule):
         if proportions is not None:
             # Checked here, not at the first joint step (after all of pre-training in the (p) configs).
             check_proportions(proportions, num_clusters)
-        # The autoencoder and the loss stay in hparams: under LightningCLI they are their class_path configs,
-        # which lets load_from_checkpoint rebuild them.
+        # hparams keep the autoencoder and the loss as their class_path configs: load_from_checkpoint rebuilds them.
         self.save_hyperparameters()
         self.autoencoder = autoencoder
         self.loss = loss
@@ -181,8 +180,7 @@ class DeepClustering(L.LightningModule):
                 raise ValueError(f"checkpoint's {name} has shape {tuple(value.shape)}, this model's "
                                  f"{tuple(mine[name].shape)}: the autoencoder settings differ from the run that wrote it")
         if "joint_phase" in state and not bool(state["joint_phase"]):
-            # A shared pre-training (lit_otclust.pretrain_cache) carries no loss buffers and no proportions: before
-            # the joint phase this module's own are the run's.
+            # A shared pre-training (lit_otclust.pretrain_cache) has no loss buffers or proportions: take this run's.
             for name, value in mine.items():
                 if (name.startswith("loss.") or name == "proportions") and name not in state:
                     state[name] = value
@@ -216,8 +214,7 @@ class DeepClustering(L.LightningModule):
     def _finish_step(self, loss: Tensor, recon: Tensor, clust: Tensor, stats: dict) -> Tensor:
         if not torch.isfinite(loss):  # one host sync a step; the Sinkhorn loop already syncs more often
             self._non_finite({"reconstruction loss": recon, "clustering loss": clust})
-        # Summed here and logged once an epoch: each self.log call costs about a small model's whole step.
-        # The batches have equal sizes (drop_last), so the epoch mean is the mean over steps.
+        # Summed here, logged once an epoch (a self.log call costs about a small model's step); equal batches.
         for name, value in {"loss": loss, "recon": recon, "cluster": clust, **stats}.items():
             value = value.detach() if isinstance(value, Tensor) else value
             self._train_sums[name] = self._train_sums.get(name, 0.0) + value
@@ -286,8 +283,7 @@ class DeepClustering(L.LightningModule):
     def on_validation_epoch_start(self) -> None:
         self._eval_sizes = {}
         self._eval_z = {}
-        # Where the held-out set is the fitted set's tail from this index on, its scores come from the fitted
-        # loader's pass (the data module then serves no second loader; ``heldout_offset``).
+        # Where the held-out set is the fitted set's tail from this index on, the fitted loader's pass scores it.
         self._heldout_offset = getattr(getattr(self.trainer, "datamodule", None), "heldout_offset", None)
 
     def validation_step(self, batch: tuple[Tensor, Tensor, Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
@@ -327,8 +323,7 @@ class DeepClustering(L.LightningModule):
             self.log_dict({f"{prefix}/{k}{suffix}": res[k] for k in ("acc", "nmi", "ari", "size_error")})
 
     def on_validation_epoch_end(self) -> None:
-        # Every evaluation set the loaders have, not only those this rank saw a batch of: under DDP a
-        # rank whose shard of a small set is empty must still join the collectives, or the others hang.
+        # Every set the loaders have: under DDP a rank with an empty shard must still join the collectives.
         num_sets = 2 if self._heldout_offset is not None else len(self.trainer.num_val_batches)
         for idx in range(num_sets):
             name = EVAL_SETS[idx]

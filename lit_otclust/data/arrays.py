@@ -137,11 +137,10 @@ class ArrayDataModule(UserDataModule):
     """Images or features from an array file: .npy, .npz (``x``, optional ``y``) or .pt (a tensor, or a dict
     with ``x``, ``y``); arrays in memory: :meth:`from_arrays`.
 
-    Samples are features shaped (N, d) (a pretrained network's embeddings: ``input_shape`` (d,), for the MLP
-    autoencoder) or images shaped (N, H, W) (one channel), (N, H, W, C) or (N, C, H, W), uint8 (divided by 255) or float
-    (taken as they are); they become float32 (N, d) or (N, C, H, W). A 4-d array is read as channels-last when its last
-    axis has 1, 3 or 4 entries and its second more than 4 (``channels_last`` overrides that guess).
-    ``scaling="standard"`` standardises each channel of images and each feature of features. Labels, from
+    Samples are features (N, d) (e.g. a pretrained network's embeddings, for the MLP autoencoder) or images (N, H, W),
+    (N, H, W, C) or (N, C, H, W), uint8 (divided by 255) or float (as they are); they become float32 (N, d) or
+    (N, C, H, W). A 4-d array is read as channels-last when its last axis has 1, 3 or 4 entries and its second more
+    than 4 (``channels_last`` overrides that guess). Labels, from
     ``labels_path`` (a .npy, .npz with ``y``, or .pt tensor or dict with ``y``) or from the ``y`` inside the image file,
     are integers >= 0, one per image; their distinct values in increasing order are classes 0..C-1 (``classes`` keeps
     the values).
@@ -159,9 +158,9 @@ class ArrayDataModule(UserDataModule):
 
     Raises:
         FileNotFoundError: a file is missing (named).
-        ValueError: an unknown file type, an unreadable file, samples not of rank 2, 3 or 4, or not
-            uint8 / float, labels of the wrong length, shape or type (each names its file); labels
-            in both ``path`` and ``labels_path``; ``num_classes`` missing without labels.
+        ValueError: an unknown file type, an unreadable file, samples not of rank 2, 3 or 4, or not uint8 / float,
+            labels of the wrong length, shape or type (each names its file); labels in both ``path`` and
+            ``labels_path``; ``num_classes`` missing without labels.
     """
 
     def __init__(

@@ -66,8 +66,7 @@ class InMemoryDataModule(L.LightningDataModule):
     num_classes: int
     input_shape: tuple[int, ...]
     _no_heldout_hint = ""  # how to give this module a held-out set, for the error of test_dataloader
-    # Evaluation is memory-bound: a batch's activations should stay in cache (benchmarks/README.md, "Data pipeline
-    # and evaluation").
+    # Evaluation is memory-bound: batch activations should stay in cache (benchmarks/README.md, "Data pipeline ...").
     default_eval_batch_size = DEFAULT_EVAL_BATCH_SIZE
 
     def __init__(
@@ -193,8 +192,7 @@ class InMemoryDataModule(L.LightningDataModule):
                 # A rank with no evaluation batch skips the evaluation loop while the others wait for it.
                 raise ValueError(f"an evaluation set of {len(dataset)} samples cannot be shared by "
                                  f"{dist.get_world_size()} ranks; use more samples (data subset) or fewer devices")
-            # Lightning's default DistributedSampler pads with repeated samples; this one does not,
-            # so each sample is evaluated exactly once. Lightning keeps a DistributedSampler subclass.
+            # Lightning's default DistributedSampler pads with repeats; this subclass evaluates each sample once.
             sampler = UnrepeatedDistributedSampler(dataset, num_replicas=dist.get_world_size(), rank=dist.get_rank(), shuffle=False)
         return DataLoader(dataset, batch_size=self.eval_batch_size, shuffle=False, sampler=sampler, drop_last=False, **common)
 

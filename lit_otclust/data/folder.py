@@ -131,8 +131,7 @@ def _unreadable(paths: list[Path], grayscale: bool) -> list[tuple[Path, str]]:
     for path in paths:
         try:
             _read_image(path, grayscale)
-        # Any exception: PIL's format readers raise many types on a damaged file (OSError, SyntaxError, EOFError,
-        # struct.error, ...), and each one means the same here.
+        # Any exception: PIL's format readers raise many types on a damaged file, and each means the same here.
         except Exception as error:
             failed.append((path, _reason(path, error)))
     return failed

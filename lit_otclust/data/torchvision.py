@@ -1,20 +1,14 @@
 """MNIST and CIFAR-10 as data modules, read from torchvision's on-disk layout and decoded once.
 
-The images become one float32 tensor per sample set in ``setup`` and are never touched by PIL
-again (:mod:`lit_otclust.data.loading`).
-
-Which samples are clustered (``fit_split``)
--------------------------------------------
-The paper (Genevay et al., 2020) does not say which images Table 1 is computed on; DEC and DKM,
-which it compares with, cluster all of them, so the configs use ``fit_split="all"``.
+Which samples are clustered (``fit_split``): the paper does not say which images Table 1 is computed on; DEC
+and DKM, which it compares with, cluster all of them, so the configs use ``fit_split="all"``.
 
 - ``"train"``: the official training split (60k / 50k); the test split is truly held out.
 - ``"test"``: the official test split (10k / 10k), handy for quick runs.
 - ``"all"``: train followed by test (70k / 60k).
 
-The held-out loader always serves the official test split. Under ``"all"`` and ``"test"`` that
-split is *inside* the fitted samples, so its accuracy measures the learned classifier on those
-images, not generalisation; only ``"train"`` gives a genuine out-of-sample accuracy.
+The held-out loader always serves the official test split: under ``"all"`` and ``"test"`` it is *inside* the fitted
+samples, so only ``"train"`` gives a genuine out-of-sample accuracy.
 """
 
 from __future__ import annotations
@@ -155,8 +149,7 @@ class TorchvisionDataModule(InMemoryDataModule):
             self.fit_set = InMemoryDataset(self._to_float(fit_x), fit_y)
             self.heldout_set = InMemoryDataset(self._to_float(test_x), test_y)
         else:
-            # The test split is the tail of the fitted tensor: a view shares its memory instead of
-            # converting the same 10k images twice.
+            # The test split is the tail of the fitted tensor: a view, not a second conversion.
             self.fit_set = InMemoryDataset(self._to_float(fit_x), fit_y)
             start = len(fit_y) - len(test_y)
             self.heldout_set = InMemoryDataset(self.fit_set.x[start:], self.fit_set.y[start:])

@@ -9,10 +9,8 @@ and ``subset`` / ``class_proportions`` draw seeded subsamples.
 ``num_classes`` and ``input_shape`` are set in ``__init__`` from a look at the data (the folder listing and the first
 image, or the array file's header and its labels), so LightningCLI links them to the model before the tensors are built.
 
-Labels. With labels (class sub-folders, or a label array) the Hungarian accuracy, NMI and ARI are
-logged as for MNIST. Without them every sample's label is -1: training, ``validate`` and
-``predict`` work as usual, the label-based metrics are skipped (the cluster-size logs remain), and
-``num_classes`` must be given: it is the number of clusters to find.
+Labels. With labels (class sub-folders, or a label array) the Hungarian accuracy, NMI and ARI are logged as for MNIST.
+Without them every sample's label is -1: the label-based metrics are skipped, and ``num_classes`` must be given.
 """
 
 from __future__ import annotations
@@ -32,10 +30,9 @@ NO_LABEL = -1
 class UserDataModule(InMemoryDataModule):
     """What the folder and array modules share: the number of classes, and the float conversion.
 
-    ``scaling="unit"`` maps uint8 pixels to [0, 1] (/ 255) and keeps float images as they are;
-    ``"standard"`` then subtracts the per-channel mean and divides by the per-channel standard
-    deviation of the fitted images (after ``subset`` / ``class_proportions``), and applies the
-    same statistics to the held-out images. They are kept as ``mean`` and ``std``.
+    ``scaling="unit"`` maps uint8 pixels to [0, 1] (/ 255) and keeps float images as they are; ``"standard"`` then
+    standardises each channel (each feature of features) by the fitted samples' ``mean`` and ``std`` (after ``subset``
+    / ``class_proportions``), the held-out ones too.
     """
 
     _no_heldout_hint = ": give it held-out images"
