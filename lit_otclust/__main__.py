@@ -33,8 +33,7 @@ def console() -> None:
     except SystemExit as stop:
         if stop.code == SIGTERM_EXIT and os.environ.get("LOCAL_RANK", "0") != "0" and "SLURM_PROCID" not in os.environ:
             # A rank that Lightning's launcher started: its launcher kills every process, rank 0 included, when one
-            # exits non-zero; rank 0, still writing its logs, reports the stop for the run. (A second SIGTERM during
-            # the exit stays pending: the entry point holds SIGTERM for the whole process.)
+            # exits non-zero; rank 0, still writing its logs, reports the stop for the run.
             raise SystemExit(0) from None
         raise
 
@@ -66,9 +65,8 @@ def warn_if_cores_are_busy() -> None:
 
 
 def quiet_third_party_notices() -> None:
-    """Drop lines every run printed that a user can do nothing about: Lightning's advertisements for its cloud
-    logger and model registry, and a deprecation inside Lightning's own code (``_pytree``) under this torch. Only at
-    the process's entry point: a library must not change a caller's warning filters or logging."""
+    """Drop lines a user can do nothing about (Lightning's advertisements, a deprecation inside its own code). Only
+    at the process's entry point: a library must not change a caller's warning filters or logging."""
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
     # Under DDP Lightning recommends sync_dist for every epoch-level value logged without it; these are global
     # already (DeepClustering._log_metrics, _log_sizes, on_train_epoch_end). Only their warnings are dropped.

@@ -22,10 +22,9 @@ from lit_otclust.metrics import hungarian_accuracy
 class ClusterWriter(BasePredictionWriter):
     """Writes ``predictions.csv`` (one row per sample: index, cluster, label, matched class, distance).
 
-    The matched class is each cluster's class under the Hungarian matching computed on the predicted samples' labels.
-    Under DDP each rank writes ``predictions-rank{R}.csv`` and the matching is that rank's; concatenate the files for
-    the whole set. When the predicted samples were read from files (the dataset has ``paths``, as
-    :mod:`lit_otclust.data.folder`'s image folders do), a ``file`` column names each sample's file. Where the data
+    The matched class is each cluster's class under the Hungarian matching on the predicted samples' labels. Under DDP
+    each rank writes ``predictions-rank{R}.csv`` with its own matching. Where the dataset has ``paths`` (an image
+    folder), a ``file`` column names each sample's file. Where the data
     module names its classes (``class_names``: an image folder's sub-folders, CIFAR-10's names), ``label_name`` and
     ``matched_class_name`` follow ``label`` and ``matched_class``. A sample without a label (y = -1) gets empty label
     and matched-class cells. ``path``, ``rows``, ``accuracy`` and ``clusters`` say what was written (:class:`RunSummary`).

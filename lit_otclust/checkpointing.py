@@ -14,8 +14,6 @@ the CLI switches Lightning's auto-requeue off (its SIGUSR1 handler saves, a coll
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -30,20 +28,6 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lit_otclust.startup import clear_sigterm, record_sigterm, take_sigterm
 
 
-@contextmanager
-def _staged(path: Path, tag: str) -> Iterator[Path]:
-    """A temporary name ``.<name>.<tag>-<pid>`` beside ``path`` for the caller to write, renamed over ``path`` when
-    the block succeeds (atomic on POSIX file systems) and removed whatever happens. The caller syncs what it wrote,
-    so the bytes are on disk before the name points at them."""
-    tmp = path.with_name(f".{path.name}.{tag}-{os.getpid()}")
-    tmp.unlink(missing_ok=True)
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 class AtomicCheckpointIO(TorchCheckpointIO):
     """``torch.save`` to ``.<name>.tmp-<pid>`` in the target's folder, fsync, then ``os.replace``: a reader sees the
     old checkpoint or the new one, never a partial file. Remote paths (``s3://...``) go through Lightning's writer."""
@@ -53,10 +37,16 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             return super().save_checkpoint(checkpoint, path, storage_options)
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with _staged(path, "tmp") as tmp, open(tmp, "wb") as fh:
-            torch.save(checkpoint, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.unlink(missing_ok=True)
+        try:
+            with open(tmp, "wb") as fh:
+                torch.save(checkpoint, fh)
+                fh.flush()
+                os.fsync(fh.fileno())  # the bytes on disk before the name points at them
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 class SignalCheckpoint(L.Callback):
@@ -72,9 +62,8 @@ class SignalCheckpoint(L.Callback):
     next batch, exactly. At an epoch's last batch the epoch's evaluation and checkpoint run first; after the run's last
     batch the run finishes (exit 0).
 
-    Only these stops save: a run that fails (a NaN, a bug) keeps its last good checkpoint instead of overwriting it
-    with the state that failed. Ctrl-C under DDP does not save: each rank is interrupted wherever it stands, so no
-    collective save can be agreed on; the last epoch's checkpoint stays.
+    Only these stops save: a run that fails keeps its last good checkpoint. Ctrl-C under DDP does not save: each rank
+    is interrupted wherever it stands, so no collective save can be agreed on.
     """
 
     def __init__(self) -> None:

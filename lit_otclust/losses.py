@@ -106,13 +106,12 @@ def soft_kmeans_loss(z: Tensor, centers: Tensor, *, epsilon: float, form: str = 
     .. math::
         -\frac{\epsilon}{n} \sum_i \mathrm{LSE}_k(-C_{ik}/\epsilon) - \epsilon(1 + \log n),
 
-    a soft minimum of the squared distances, the entropic value the OT loss reduces to. Its gradient in C is
-    :math:`P^*` (the envelope theorem): each point pulled to the centers by its soft assignment.
+    a soft minimum of the squared distances. Its gradient in C is :math:`P^*` (the envelope theorem).
 
     ``form="expected"``: DKM's loss (Fard et al. 2018, their reference code), the expected distance under the
     soft assignment, :math:`\frac1n \sum_{ik} \mathrm{softmax}_k(-C_{ik}/\epsilon)\, C_{ik}`, with autograd through
-    the softmax. That adds :math:`-\frac{1}{\epsilon} s_{ik}(C_{ik} - \bar C_i)` to the gradient, which sharpens
-    the assignments. Not the soft-min: the two differ by the assignment's entropy, which DKM does not subtract.
+    the softmax, which adds :math:`-\frac{1}{\epsilon} s_{ik}(C_{ik} - \bar C_i)` to the gradient (sharper
+    assignments); it differs from the soft-min by the assignment's entropy.
     """
     check_epsilon(epsilon)
     if form not in ("softmin", "expected"):

@@ -113,9 +113,7 @@ def _ari(contingency: Tensor) -> Tensor:
 def _size_error(counts: Tensor, matching: Tensor) -> Tensor:
     """max_k |n_k / N - n_{sigma(k)} / N|: how far each cluster's share lies from its matched class's share.
 
-    ``counts`` (K, C) float64, ``matching`` (K,), -1 for an unmatched cluster, whose whole share counts as error
-    (it has no class). The classes' shares are those of the labelled samples, the true w where the data was drawn
-    with known proportions."""
+    ``counts`` (K, C) float64, ``matching`` (K,), -1 for an unmatched cluster, whose whole share counts as error."""
     total = counts.sum()
     cluster_share, class_share = counts.sum(1) / total, counts.sum(0) / total
     target = torch.where(matching >= 0, class_share[matching.clamp_min(0)], torch.zeros_like(cluster_share))

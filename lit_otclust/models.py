@@ -38,10 +38,9 @@ def autoencoder_state(checkpoint: dict) -> dict[str, Tensor]:
 
 
 def _load_weights(module: nn.Module, weights: str | None) -> None:
-    """Trained weights from ``weights`` (torchvision's word for it): a Lightning checkpoint of
-    :class:`lit_otclust.system.DeepClustering` (its ``autoencoder.*`` entries, e.g. an AE + k-means run's
-    ``last.ckpt``), or the autoencoder's own ``state_dict`` saved by ``torch.save``. Loaded strictly: the architecture
-    must match. The file is unpickled (a Lightning checkpoint pickles its hyperparameters): load files you trust."""
+    """Trained weights from ``weights``: a Lightning checkpoint of :class:`lit_otclust.system.DeepClustering` (its
+    ``autoencoder.*`` entries), or the autoencoder's own ``state_dict``, loaded strictly. The file is unpickled (a
+    Lightning checkpoint pickles its hyperparameters): load files you trust."""
     if weights is None:
         return
     if not Path(weights).is_file():
@@ -108,10 +107,9 @@ class MLPAutoencoder(nn.Module):
 class ConvAutoencoder(nn.Module):
     """Convolutional autoencoder (the paper's CIFAR-10 model).
 
-    Encoder: three stride-2 convolutions with ``channels = (32, 64, 128)`` and ``kernel_sizes = (5, 5, 3)``, ReLU, then
-    a linear layer to ``latent_dim``. Decoder: a linear layer back to the last feature map, then the mirror transposed
-    convolutions; the last one has no activation. Paddings ``k // 2`` (and output paddings) make each stride-2 layer
-    halve or double the side exactly, so 32 -> 16 -> 8 -> 4 and back.
+    Encoder: stride-2 convolutions (``channels``, ``kernel_sizes``), ReLU, then a linear layer to ``latent_dim``.
+    Decoder: a linear layer back to the last feature map, then the mirror transposed convolutions, the last without
+    activation. Paddings ``k // 2`` make each layer halve or double the side exactly: 32 -> 16 -> 8 -> 4 and back.
 
     Args:
         input_shape: ``(C, H, W)`` with H and W divisible by ``2 ** len(channels)``.

@@ -139,10 +139,6 @@ def _crowded(labels: list[str], slot: float, size: int = 8) -> bool:
     return max(map(len, labels), default=0) * _CHAR[size] > slot - 0.05
 
 
-def _colormap(n: int) -> str:
-    return "tab10" if n <= 10 else "tab20" if n <= 20 else "turbo"
-
-
 def gallery_figure(images: np.ndarray, row_labels: list[str], mismatch: np.ndarray | None = None,
                    title: str = "") -> Figure:
     """A mosaic of ``images`` (rows, cols, H, W, 3) in [0, 1], one labelled row per cluster.
@@ -201,7 +197,8 @@ def embedding_figure(points: Tensor, centers: Tensor, clusters: Tensor, labels: 
     fig = _figure(11, 5)
     by_cluster, by_class = fig.subplots(1, 2, sharex=True, sharey=True)
     for ax, colour, n, name in ((by_cluster, clusters, num_clusters, "cluster"), (by_class, labels, num_classes, "class")):
-        sc = ax.scatter(p[:, 0], p[:, 1], c=colour.numpy(), cmap=_colormap(n), vmin=-0.5, vmax=n - 0.5, s=3,
+        cmap = "tab10" if n <= 10 else "tab20" if n <= 20 else "turbo"
+        sc = ax.scatter(p[:, 0], p[:, 1], c=colour.numpy(), cmap=cmap, vmin=-0.5, vmax=n - 0.5, s=3,
                         alpha=0.6, linewidths=0, rasterized=True)
         ax.scatter(c[:, 0], c[:, 1], marker="X", s=90, c="black", edgecolors="white", linewidths=0.8)
         for k, (x, y) in enumerate(c):

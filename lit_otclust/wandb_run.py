@@ -8,11 +8,10 @@ cannot be shielded from the job's signal, so the logging is what must not fail:
 
 - :class:`ResumableWandbLogger` catches the errors of a gone service, warns once, and logs nothing more to W&B in
   this process; the CSV log and the checkpoints go on, and the run stops, saves and exits 143 as it would.
-- It keeps the W&B run's id in ``<root>/wandb/resume.json``. A resumed fit (``--ckpt_path``) continues the same W&B
-  run (same id, ``resume="allow"``), and its first log sends W&B the rows of the earlier attempts' CSV logs that W&B
-  does not hold: the W&B run holds the whole curve, as the CSV logs do. What W&B holds is read, not assumed (a
-  service killed by SIGTERM loses what it had not written): offline, from the earlier attempts' run files
-  (:func:`read_run_file`); online, from the resumed run's summary (its last ``trainer/global_step``).
+- It keeps the W&B run's id in ``<root>/wandb/resume.json``: a resumed fit continues the same W&B run, and its first
+  log sends W&B the earlier attempts' CSV rows that W&B does not hold. What W&B holds is read, not assumed (a killed
+  service loses what it had not written): offline, from the earlier run files (:func:`read_run_file`); online, from
+  the resumed run's summary (its last ``trainer/global_step``).
 """
 
 from __future__ import annotations

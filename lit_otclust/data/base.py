@@ -113,11 +113,8 @@ class InMemoryDataModule(L.LightningDataModule):
 
     @property
     def class_names(self) -> list[str] | None:
-        """What classes 0, 1, ... are called, for predictions and figures; None where a label is its own name.
-
-        Here ``classes`` as text where a subclass has them (an image folder's sub-folders, an array file's label
-        values, MNIST's kept digits); CIFAR-10 names its classes (``airplane``, ...).
-        """
+        """What classes 0, 1, ... are called, for predictions and figures: ``classes`` as text where a subclass has
+        them (an image folder's sub-folders, an array file's label values); None where a label is its own name."""
         classes = getattr(self, "classes", None)
         return None if classes is None else [str(c) for c in classes]
 

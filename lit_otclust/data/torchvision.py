@@ -35,10 +35,8 @@ class TorchvisionDataModule(InMemoryDataModule):
             ``cifar-10-batches-py/...``).
         download: let ``prepare_data`` download missing files (needs internet).
         fit_split: "train", "test" or "all": which samples are clustered (see the module docstring).
-        classes: keep only these classes (e.g. ``[3, 8]``: two digits), relabelled 0, 1, ... in the
-            order given, in the fitted and the held-out samples; ``num_classes`` (hence the model's
-            number of clusters, linked by the CLI) becomes their number. ``class_proportions`` and
-            ``subset`` then apply to the kept samples, ``class_proportions[i]`` to ``classes[i]``.
+        classes: keep only these classes (e.g. ``[3, 8]``: two digits), relabelled 0, 1, ... in the order given;
+            ``num_classes`` becomes their number, and ``class_proportions[i]`` applies to ``classes[i]``.
         **loader: the loader settings of :class:`~lit_otclust.data.base.InMemoryDataModule`. ``subset`` and
             ``class_proportions`` also cut the held-out test split, the same way; "standard" ``scaling`` uses the
             official training split's ``mean`` and ``std`` per channel.
