@@ -2,8 +2,7 @@
 
 - links the data module's ``num_classes`` and ``input_shape`` to the model, so no config states them twice;
 - always adds :class:`PhaseSwitch` (under ``phases:``) and :class:`ClusterFigures` (under ``figures:``);
-- without a logger in the config, logs to CSV and W&B (offline without credentials) under
-  ``trainer.default_root_dir`` (:mod:`lit_otclust.wandb_run`);
+- without a logger in the config, logs to CSV and W&B (offline without credentials) (:mod:`lit_otclust.wandb_run`);
 - saves every epoch's checkpoint and ``last.ckpt`` atomically, and ``last.ckpt`` again when SIGTERM or Ctrl-C stops
   the run, so ``--ckpt_path last`` resumes it, mid-epoch included (:mod:`lit_otclust.checkpointing`);
 - with ``--pretrain_cache DIR``, shares pre-trainings between fits (:mod:`lit_otclust.pretrain_cache`);

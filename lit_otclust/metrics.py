@@ -186,9 +186,8 @@ class HungarianAccuracy(Metric):
         validate_args: check shapes, dtypes and ranges in ``update`` (costs a device sync).
         kwargs: further arguments of :class:`torchmetrics.Metric`.
 
-    ``update(preds, target)`` takes (N,) integer cluster ids and (N,) integer labels. ``compute()`` returns ``{"acc",
-    "nmi", "ari", "size_error"}`` as float32 scalars and ``"matching"``, a (K,) long tensor giving the class of each
-    cluster, -1 for unmatched clusters (so ``matching[preds]`` reports predictions as class labels).
+    ``update(preds, target)`` takes (N,) integer cluster ids and labels; ``compute()`` returns what
+    :func:`hungarian_accuracy` does (``matching[preds]`` reports predictions as class labels).
 
     Raises:
         ValueError: ``num_clusters`` or ``num_classes`` not a positive integer; in ``update``, as

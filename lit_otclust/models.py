@@ -78,9 +78,8 @@ class MLPAutoencoder(nn.Module):
         latent_dim: p, the size of the embedding.
         weight_init: ``torch`` (PyTorch's layer defaults) or ``glorot`` (TensorFlow's).
         latent_activation: ``linear`` (none, the default) or ``relu`` on the embedding.
-        weights: a file of trained weights for this architecture, loaded after the initialisation
-            (:func:`_load_weights`), e.g. a pre-training made elsewhere that a run clusters with
-            ``phases.pretrain_epochs: 0``. Its checkpoints name the file; where it is gone, set ``weights`` to null.
+        weights: a file of trained weights (:func:`_load_weights`), e.g. a pre-training made elsewhere that a run
+            clusters with ``phases.pretrain_epochs: 0``. Its checkpoints name the file; where it is gone, set null.
     """
 
     def __init__(self, input_shape: Sequence[int] = (784,), hidden_dims: Sequence[int] = (500, 250),

@@ -58,11 +58,9 @@ def matched_confusion(pred: Tensor, target: Tensor, num_clusters: int,
         pred: (N,) clusters in [0, K). target: (N,) classes in [0, C).
 
     Returns:
-        ``(matrix, order, matching)``: ``matrix`` (K, C) long, whose row i counts the classes of
-        cluster ``order[i]``; ``order`` (K,) puts the clusters matched to classes 0, 1, ... first
-        (so the matched counts lie on the diagonal, and their sum over N is the Hungarian
-        accuracy), unmatched clusters after, by index; ``matching`` (K,) is each cluster's class,
-        -1 if unmatched (:func:`lit_otclust.metrics.hungarian_accuracy`).
+        ``(matrix, order, matching)``: ``matrix`` (K, C) long, whose row i counts the classes of cluster ``order[i]``;
+        ``order`` (K,) puts the clusters matched to classes 0, 1, ... first (the matched counts on the diagonal),
+        unmatched ones after; ``matching`` (K,) is each cluster's class, -1 if unmatched.
     """
     pred, target = pred.long().cpu(), target.long().cpu()
     matching = hungarian_accuracy(pred, target, num_clusters, num_classes)["matching"].cpu()  # (K,)

@@ -45,9 +45,8 @@ _NOT_PRETRAINING = ("config", "ckpt_path", "pretrain_cache", "wandb", "figures",
 
 
 def pretraining_key(config: dict[str, Any]) -> str:
-    """A short hash of the resolved fit ``config`` (a dict, as the CLI dumps it) over the settings that pre-training
-    reads; with ``phases.kmeans_at: switch`` the centers' initialisation (``center_init``, ``match_proportions``)
-    comes after it, so it is left out too."""
+    """A short hash of the resolved fit ``config`` over the settings that pre-training reads (with ``phases.kmeans_at:
+    switch`` the centers' initialisation comes after it, so it is left out too)."""
     config = json.loads(json.dumps(config))  # a deep copy
     dropped = list(_NOT_PRETRAINING)
     if (config.get("phases") or {}).get("kmeans_at", "switch") == "switch":

@@ -61,22 +61,19 @@ class DeepClustering(L.LightningModule):
     Args:
         autoencoder: a module with ``encoder``, ``decoder`` and ``latent_dim`` (see ``models.py``).
         num_clusters: K. Linked to the data module's ``num_classes`` by the CLI.
-        loss: the clustering term l_c, a :class:`lit_otclust.losses.ClusteringLoss`:
-            :class:`~lit_otclust.losses.OTLoss` (the paper's method), :class:`~lit_otclust.losses.SoftKMeans` (DKM,
-            Prop. 2), or None (autoencoder only, evaluated by k-means on the embeddings: the AE + k-means baseline).
+        loss: the clustering term l_c, a :class:`lit_otclust.losses.ClusteringLoss` (``OTLoss``, ``SoftKMeans``), or
+            None (the AE + k-means baseline).
         proportions: w, the prescribed cluster proportions (K,); uniform when None.
         clustering_weight: lambda in L = l_r + lambda * l_c (1 in the paper), with l_r each sample's *sum* of
             squared pixel errors averaged over the batch, as the OT plan weighs each point 1/m. The configs' value:
             RESULTS.md, "The loss weight lambda and the training solve".
-        assignment: ``"distance"`` (the paper: argmin_k ||z - mu_k||^2) or ``"potential"`` (argmin_k ||z - mu_k||^2
-            - g_k with the loss's cluster potential g averaged over training batches, which respects the prescribed
-            proportions; g = 0 for a loss without one). Both are always logged; this picks the one behind ``val/acc``.
+        assignment: ``"distance"`` (the paper: argmin_k ||z - mu_k||^2) or ``"potential"`` (minus g_k, the loss's
+            averaged cluster potential, which respects the proportions). Both are logged; this one is ``val/acc``.
         optimizer: builds the optimizer from two parameter groups, the autoencoder's and the centers' (Lightning's
             ``OptimizerCallable``; any ``torch.optim`` class by ``class_path`` from a config). Default :func:`adam`:
             the paper's Adam at lr 1e-3 (DEC's SGD recipe: configs/mnist_ae_kmeans_dec.yaml).
         lr_scheduler: builds the epoch-interval schedule from the optimizer (``LRSchedulerCallable``). Default
-            :func:`halve_every_50`: the paper gives "step decay" only. ``PhaseSwitch`` restarts it at the joint
-            phase, so it counts joint epochs.
+            :func:`halve_every_50` (the paper gives "step decay" only); ``PhaseSwitch`` restarts it at the joint phase.
         compile: ``False`` (default: eager), ``"default"`` or ``"reduce-overhead"`` (CUDA graphs): the
             ``torch.compile`` mode of the autoencoder's training forward and of what the loss allows
             (:meth:`~lit_otclust.losses.ClusteringLoss.compile_solver`), compiled once in ``configure_model``.

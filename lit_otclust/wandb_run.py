@@ -125,8 +125,7 @@ class ResumableWandbLogger(WandbLogger):
 
     Args:
         root: the run's folder; its ``wandb/`` holds W&B's files and ``resume.json``.
-        csv_logger: the run's CSV logger, which receives every ``log_metrics`` call too: the earlier attempts' CSV
-            logs are what a resumed attempt sends W&B where W&B lost them.
+        csv_logger: the run's CSV logger, whose earlier attempts' logs a resumed attempt sends W&B where W&B lost them.
         resume: this fit resumes from a checkpoint: continue the W&B run that ``resume.json`` names, if any.
         kwargs: :class:`~lightning.pytorch.loggers.WandbLogger`'s arguments (``id`` and ``resume`` are set here).
     """

@@ -151,8 +151,7 @@ class ArrayDataModule(UserDataModule):
         heldout_path, heldout_labels_path: optional held-out samples (same shape) and their labels,
             scored out of sample (``heldout/*``, the ``test`` command).
         channels_last: the layout of a 4-d array; None guesses it (above).
-        num_classes: the number of clusters, required without labels; with labels it is the number
-            of distinct label values and may be left unset (if given, it must agree).
+        num_classes: the number of clusters, required without labels; with labels, unset or the label values'.
         **loader: the loader settings of :class:`~lit_otclust.data.base.InMemoryDataModule`, as
             for :class:`~lit_otclust.data.folder.ImageFolderDataModule`.
 

@@ -36,10 +36,8 @@ class InMemoryDataModule(L.LightningDataModule):
 
     Args:
         batch_size: training batch size m (the paper: 300).
-        eval_batch_size: batch size of the validation, test and predict loaders (and of the embedding
-            passes of the k-means init and the pictures); None: ``default_eval_batch_size``.
-        subset: if set, a seeded subset of that many fitted samples, class-stratified where there
-            are labels (see the subclass for the held-out set).
+        eval_batch_size: batch size of the evaluation loaders and embedding passes; None: ``default_eval_batch_size``.
+        subset: if set, a seeded subset of that many fitted samples, class-stratified where there are labels.
         class_proportions: if set, a seeded per-class subsample of the fitted samples whose classes follow these
             proportions (one per class, summing to 1; see :func:`~lit_otclust.data.sampling.proportional_counts`): the
             largest sample they allow, the class that runs out first kept whole (with ``subset``: exactly ``subset``
@@ -48,18 +46,15 @@ class InMemoryDataModule(L.LightningDataModule):
             ``proportions: *w``); :func:`~lit_otclust.data.sampling.geometric_proportions` builds long-tailed ones.
         seed: seed of the subset draws and of the training order (see EpochShuffleSampler).
         scaling: "unit" or "standard" (see the subclass for the statistics used).
-        drop_last: drop the last incomplete training batch, so every OT batch has exactly
-            batch_size samples and the cluster-size marginal is meaningful.
+        drop_last: drop the last incomplete training batch, so every OT batch has exactly ``batch_size`` samples.
         num_workers: DataLoader workers; 0 is fastest here, a batch being a single gather.
         on_device: keep the samples on the training device: each loader moves its sample set there once (to the
             trainer's ``strategy.root_device``; without a trainer they stay where they are), and a batch is then one
             index gather in device memory. On a GPU the whole set must fit beside the model (MNIST 220 MB float32);
             under DDP every rank holds a full copy. On CPU it changes nothing. Needs ``num_workers=0``.
 
-    Every loader yields ``(x, y, index)``: x float32 (B, *input_shape), y int64 (B,) (-1 where a
-    sample has no label), and index int64 (B,), the sample's position in that loader's sample set
-    (fitted or held-out), so predictions can be written per sample also when DDP interleaves
-    samples across ranks.
+    Every loader yields ``(x, y, index)``: x float32 (B, *input_shape), y int64 (B,) (-1: no label), and index int64
+    (B,), the sample's position in its set, so predictions are written per sample also under DDP.
     """
 
     name: str

@@ -165,17 +165,13 @@ class ImageFolderDataModule(UserDataModule):
 
     Args:
         data_dir: the folder of images.
-        image_size: (H, W), or one int for square images, that every image is resized to (see the
-            module docstring); None: the size of the first readable image.
+        image_size: (H, W), or one int, that every image is resized to; None: the first readable image's.
         grayscale: read images as one channel ("L"); else as three (RGB). ``input_shape`` is (1 or 3, H, W).
         labelled: whether the sub-folders of ``data_dir`` are classes (see above).
-        heldout_dir: an optional second folder of the same layout, scored out of sample
-            (``heldout/*`` metrics, the ``test`` command). Its class folders must be classes of
-            ``data_dir``. Without it, validation scores the fitted images only and ``test`` is refused.
-        num_classes: the number of clusters, required without labels; with labels it is the number
-            of class folders and may be left unset (if given, it must agree).
-        skip_unreadable: leave out the files that do not decode (listed in ``unreadable``, with a
-            warning) instead of stopping.
+        heldout_dir: an optional second folder of the same layout, scored out of sample (``heldout/*``, the ``test``
+            command); its class folders must be classes of ``data_dir``. Without it, ``test`` is refused.
+        num_classes: the number of clusters, required without labels; with labels, unset or the class folders'.
+        skip_unreadable: leave out the files that do not decode (``unreadable``, with a warning) instead of stopping.
         **loader: the loader settings of :class:`~lit_otclust.data.base.InMemoryDataModule`. Only the kept images
             are decoded in ``setup``; the held-out images are cut to at most ``subset`` the same way. "standard"
             ``scaling`` uses the statistics of the fitted images (:class:`UserDataModule`).

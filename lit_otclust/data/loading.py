@@ -22,8 +22,7 @@ class InMemoryDataset(Dataset):
     """Samples held as stacked tensors; a whole batch is fetched with one gather.
 
     Args:
-        x: inputs, shape (N, *input_shape), float32.
-        y: labels, shape (N,), int64; -1 marks a sample without a label (a user's unlabelled images).
+        x: inputs, shape (N, *input_shape), float32. y: labels, shape (N,), int64; -1 marks no label.
         paths: the file each sample was read from (N,), for data read from image files; else None.
 
     ``dataset[i]`` is ``(x[i], y[i], i)``. ``DataLoader`` calls ``__getitems__`` with a batch's index list, so batches

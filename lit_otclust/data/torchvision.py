@@ -31,8 +31,7 @@ class TorchvisionDataModule(InMemoryDataModule):
     """One torchvision image data set served from memory; subclasses name the files.
 
     Args:
-        data_dir: folder holding the data set in torchvision's layout (``MNIST/raw/...`` or
-            ``cifar-10-batches-py/...``).
+        data_dir: the folder holding the data set in torchvision's layout (``MNIST/raw/...``, ``cifar-10-batches-py``).
         download: let ``prepare_data`` download missing files (needs internet).
         fit_split: "train", "test" or "all": which samples are clustered (see the module docstring).
         classes: keep only these classes (e.g. ``[3, 8]``: two digits), relabelled 0, 1, ... in the order given;
