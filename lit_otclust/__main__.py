@@ -20,8 +20,7 @@ from lit_otclust.cli import SIGTERM_EXIT, main  # noqa: E402
 
 
 def console() -> None:
-    """The process's entry point (``lit-otclust`` and ``python -m lit_otclust``): :func:`main` without its return
-    value, which the script's ``sys.exit(...)`` would print and turn into exit status 1 after a successful run."""
+    """The process's entry point: :func:`main` without its return value, which ``sys.exit(...)`` would print."""
     quiet_third_party_notices()
     # This process owns its W&B service: a token inherited from the process that started it would attach it to
     # that one's, where its run would never finish.

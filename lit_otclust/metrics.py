@@ -1,7 +1,6 @@
 """Clustering accuracy (Hungarian matching), NMI and ARI from one K x C contingency table.
 
-Plain torch + scipy; the only framework import is torchmetrics, whose ``Metric`` gives the
-exact sum-reduction of the table across processes.
+Plain torch + scipy, and torchmetrics, whose ``Metric`` sums the table exactly across processes.
 """
 
 from __future__ import annotations

@@ -199,11 +199,10 @@ class PhaseSwitch(L.Callback):
     def restart_optimization(trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """The joint phase starts its own optimisation, as the paper's Algorithm has two loops.
 
-        - The centers' Adam state is dropped. While pre-training they get zero gradients but Adam
-          still counts steps, so at the switch its bias correction is ~1 with second moments ~0:
-          the first joint updates of the centers would be ~3x the learning rate for hundreds of steps.
-        - Each epoch-interval scheduler restarts at epoch 0 with the initial learning rates, so the
-          step decay counts joint epochs (else the (p) runs start the joint phase decayed).
+        - The centers' Adam state is dropped. While pre-training they get zero gradients but Adam still counts steps,
+          so at the switch its second moments ~0 would make the centers' first joint updates ~3x the learning rate.
+        - Each epoch-interval scheduler restarts at epoch 0 with the initial learning rates: the decay counts joint
+          epochs.
         """
         for opt in trainer.optimizers:
             opt.state.pop(pl_module.centers, None)

@@ -268,8 +268,7 @@ def _newton(cost, a, b, g, eps, max_steps, tol, reg_m, group):
     P^\top \mathrm{diag}(1/a) P`, a (K, K) graph Laplacian. Sinkhorn's column update is a diagonal approximation
     of this Newton step, hence its crawl at small epsilon (Brauer et al. 2017, "A Sinkhorn-Newton method").
     Unbalanced: :math:`F` gets :math:`-\tau\langle b, e^{-g/\tau} - 1\rangle` instead of :math:`\langle b, g\rangle`.
-    Levenberg-Marquardt damping keeps each step an ascent step (and fixes the Laplacian's null direction, the
-    gauge). Out-of-place torch, so autograd can differentiate it; reductions go over ranks.
+    Levenberg-Marquardt damping keeps each step an ascent step (and fixes the gauge). Out-of-place, for autograd.
     """
     log_a = a.log()
     balanced = reg_m is None or math.isinf(reg_m)

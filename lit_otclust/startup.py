@@ -53,9 +53,8 @@ def wandb_credentials_found() -> bool:
 
 
 def resolve_wandb_mode() -> str | None:
-    """Set ``WANDB_MODE`` as this run's W&B will use it, and return it: an empty value (``WANDB_MODE= lit-otclust
-    fit ...``, which W&B rejects with a validation traceback) reads as unset, and unset without credentials is
-    ``offline`` (online W&B would prompt for a key, or hang without network). Idempotent."""
+    """Set ``WANDB_MODE`` as this run's W&B will use it, and return it: an empty value (which W&B rejects) reads as
+    unset, and unset without credentials is ``offline`` (online W&B would prompt for a key). Idempotent."""
     if os.environ.get("WANDB_MODE") == "":
         del os.environ["WANDB_MODE"]
     if "WANDB_MODE" not in os.environ and not wandb_credentials_found():

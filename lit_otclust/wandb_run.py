@@ -1,10 +1,9 @@
 """The loggers of a fit (:func:`default_loggers`: CSV and W&B; :class:`RunConfig`: the W&B run's config, tags and
 axes), and W&B logging that survives pre-emption: one W&B run per training run, whatever stops and resumes it.
 
-SLURM pre-empts a job by sending SIGTERM to every process of the job, W&B's service (``wandb-core``) included, which
-exits on it. The fit holds SIGTERM until a batch boundary (:class:`lit_otclust.checkpointing.SignalCheckpoint`), but
-the logging in between then meets a closed socket, and a run that should have saved and requeued fails. The service
-cannot be shielded from the job's signal, so the logging is what must not fail:
+SLURM pre-empts a job by sending SIGTERM to every process of the job, W&B's service included, which exits on it. The
+fit holds SIGTERM until a batch boundary (:class:`lit_otclust.checkpointing.SignalCheckpoint`), but the logging in
+between then meets a closed socket; the service cannot be shielded, so the logging is what must not fail:
 
 - :class:`ResumableWandbLogger` catches the errors of a gone service, warns once, and logs nothing more to W&B in
   this process; the CSV log and the checkpoints go on, and the run stops, saves and exits 143 as it would.

@@ -1,10 +1,8 @@
 """Data modules that decode their samples once and serve batches from memory.
 
-- :mod:`~lit_otclust.data.torchvision`: MNIST and CIFAR-10 (which samples are clustered:
-  ``fit_split``; a few classes: ``classes``).
-- :mod:`~lit_otclust.data.folder` and :mod:`~lit_otclust.data.arrays`: your own images, a folder of
-  image files or an array file, or features (N, d) in an array file or in memory
-  (``ArrayDataModule.from_arrays``), with or without labels (:mod:`~lit_otclust.data.user`).
+- :mod:`~lit_otclust.data.torchvision`: MNIST and CIFAR-10 (``fit_split``: which samples are clustered; ``classes``).
+- :mod:`~lit_otclust.data.folder` and :mod:`~lit_otclust.data.arrays`: your own images or features, in a folder, an
+  array file or in memory (``ArrayDataModule.from_arrays``), with or without labels (:mod:`~lit_otclust.data.user`).
 - :mod:`~lit_otclust.data.base`: what they share: the loader settings (``batch_size``, ``subset``,
   ``class_proportions`` for imbalanced data sets, ...), stated once in :class:`InMemoryDataModule`, and the loaders.
 - :mod:`~lit_otclust.data.loading`: the in-memory dataset, the resumable training loader and its seeded sampler.

@@ -1,10 +1,8 @@
 """Cluster your own images: what the folder and array data modules share.
 
 The folder (:mod:`lit_otclust.data.folder`) and array (:mod:`lit_otclust.data.arrays`) modules keep the contract of the
-other data modules: the images are decoded once, in ``setup``, into float32 tensors (``fit_set``, the images clustered,
-and ``heldout_set``, the optional held-out images, both :class:`~lit_otclust.data.loading.InMemoryDataset`), every
-loader yields ``(x, y, index)``, the training order depends only on the seed and the epoch (so a run resumes mid-epoch),
-and ``subset`` / ``class_proportions`` draw seeded subsamples.
+other data modules (:class:`~lit_otclust.data.base.InMemoryDataModule`): decoded once, in ``setup``, into float32
+tensors, the same loaders and seeded subsamples.
 
 ``num_classes`` and ``input_shape`` are set in ``__init__`` from a look at the data (the folder listing and the first
 image, or the array file's header and its labels), so LightningCLI links them to the model before the tensors are built.
