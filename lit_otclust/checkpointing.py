@@ -2,10 +2,9 @@
 
 - :class:`AtomicCheckpointIO` writes a checkpoint to a temporary file beside its target and renames it into place,
   so a job killed while writing leaves the previous ``last.ckpt`` readable instead of a truncated one.
-- :class:`SignalCheckpoint` stops the run on SIGTERM (what ``scancel``, SLURM's ``--signal``, Kubernetes and most
-  schedulers send before killing) at a batch boundary every DDP rank agrees on, and saves ``last.ckpt``; also on
-  Ctrl-C in one process. With the resumable training loader (:class:`lit_otclust.data.ResumableLoader`)
-  ``--ckpt_path last`` then continues with the very next batch.
+- :class:`SignalCheckpoint` stops the run on SIGTERM (what schedulers send before killing) at a batch boundary every
+  DDP rank agrees on, and saves ``last.ckpt``; also on Ctrl-C in one process. With the resumable training loader
+  (:class:`lit_otclust.data.ResumableLoader`) ``--ckpt_path last`` then continues with the very next batch.
 
 On SLURM ``scripts/slurm.sbatch`` asks for SIGTERM before the time limit and requeues the job when the run exits 143;
 the CLI switches Lightning's auto-requeue off (its SIGUSR1 handler saves, a collective, which can deadlock DDP ranks).

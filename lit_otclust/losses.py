@@ -2,10 +2,10 @@ r"""The clustering losses on the embeddings z (n, p) and the centers mu (K, p), 
 
 :func:`ot_clustering_loss` is the paper's size-constrained loss, the entropic OT objective at the Sinkhorn plan;
 :func:`soft_kmeans_loss` is the same without the size constraint (soft k-means, DKM). Pure functions of z and mu,
-differentiable in both. :class:`OTLoss` and :class:`SoftKMeans` are the modules
-:class:`lit_otclust.system.DeepClustering` takes as its ``loss``: each owns its arguments and their checks, its
-state across batches, its rule under several processes and its logged statistics. A new loss subclasses
-:class:`ClusteringLoss` (README, "Writing a loss"). Plain torch: no Lightning import.
+differentiable in both. :class:`OTLoss` and :class:`SoftKMeans` are the modules that
+:class:`lit_otclust.system.DeepClustering` takes as its ``loss``: each owns its arguments, checks, state, rule under
+several processes and logged statistics. A new loss subclasses :class:`ClusteringLoss` (README, "Writing a loss").
+Plain torch: no Lightning import.
 """
 
 from __future__ import annotations

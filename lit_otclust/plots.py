@@ -108,8 +108,7 @@ def _figure(width: float, height: float) -> Figure:
 
 def _margins(fig: Figure, left: float, right: float, bottom: float, top: float, gap: float = 0.0) -> None:
     """Place the subplots ``left``, ``right``, ``bottom`` and ``top`` inches from the figure's edges, ``gap`` inches
-    apart side by side, sized from what they hold (tick labels' characters, title lines): matplotlib's constrained
-    layout would measure every text in an extra drawing pass. A colorbar's slot holds its own ticks and label."""
+    apart, sized from what they hold: constrained layout would measure every text in an extra drawing pass."""
     width, height = fig.get_size_inches()
     # The figure's own grid, not the one a colorbar splits its panel into.
     columns = max((ax.get_subplotspec().get_topmost_subplotspec().get_gridspec().ncols for ax in fig.axes

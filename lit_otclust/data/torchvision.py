@@ -172,11 +172,8 @@ class TorchvisionDataModule(InMemoryDataModule):
 
 
 class MNISTDataModule(TorchvisionDataModule):
-    """MNIST digits, flattened to 784 values in [0, 1] for the paper's 500-250-10 MLP encoder.
-
-    70,000 images: 60,000 train, 10,000 test. "standard" scaling uses mean 0.1307, std 0.3081.
-    The arguments are those of :class:`TorchvisionDataModule`.
-    """
+    """MNIST digits (60,000 train, 10,000 test), flattened to 784 values in [0, 1] for the paper's MLP encoder. The
+    arguments are those of :class:`TorchvisionDataModule`."""
 
     name = "MNIST"
     input_shape = (784,)
@@ -201,12 +198,8 @@ class MNISTDataModule(TorchvisionDataModule):
 
 
 class CIFAR10DataModule(TorchvisionDataModule):
-    """CIFAR-10 images kept as 3x32x32 for the paper's convolutional encoder.
-
-    60,000 images: 50,000 train, 10,000 test. "standard" scaling uses channel means
-    (0.4914, 0.4822, 0.4465) and stds (0.2470, 0.2435, 0.2616). The arguments are those of
-    :class:`TorchvisionDataModule`.
-    """
+    """CIFAR-10 images (50,000 train, 10,000 test) kept as 3x32x32 for the paper's convolutional encoder. The
+    arguments are those of :class:`TorchvisionDataModule`."""
 
     name = "CIFAR-10"
     input_shape = (3, 32, 32)
