@@ -24,10 +24,9 @@ class ClusterWriter(BasePredictionWriter):
 
     The matched class is each cluster's class under the Hungarian matching on the predicted samples' labels. Under DDP
     each rank writes ``predictions-rank{R}.csv`` with its own matching. Where the dataset has ``paths`` (an image
-    folder), a ``file`` column names each sample's file. Where the data
-    module names its classes (``class_names``: an image folder's sub-folders, CIFAR-10's names), ``label_name`` and
-    ``matched_class_name`` follow ``label`` and ``matched_class``. A sample without a label (y = -1) gets empty label
-    and matched-class cells. ``path``, ``rows``, ``accuracy`` and ``clusters`` say what was written (:class:`RunSummary`).
+    folder), a ``file`` column names each sample's file; where the data module names its classes (``class_names``),
+    ``label_name`` and ``matched_class_name`` follow ``label`` and ``matched_class``. A sample without a label gets
+    empty label and matched-class cells. ``path``, ``rows``, ``accuracy`` and ``clusters`` say what was written.
 
     Args:
         output_dir: folder for the file; the trainer's ``default_root_dir`` if None.

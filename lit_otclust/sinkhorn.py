@@ -39,9 +39,8 @@ _MAX_LOG_STEP = {torch.float32: 10.0, torch.float64: 30.0}
 _EXP_FLOOR = {torch.float32: -80.0, torch.float64: -300.0}
 # Column or row masses below this are too close to underflow to take their log safely.
 _TINY = {torch.float32: 1e-30, torch.float64: 1e-250}
-# The semi-dual F is a sum of n + K products computed in the working precision: near the optimum a Newton step
-# changes it by less than its rounding, relatively ~1e-7 * n in float32. Within this much (relative), F counts as
-# level, and a step that lowers the marginal error is progress (float64's 1e-13 would stall float32 on rounding).
+# Near the optimum a Newton step changes the semi-dual F (n + K products) by less than its rounding, ~1e-7 * n in
+# float32: within this much (relative) F counts as level, and a step that lowers the marginal error is progress.
 _F_ROUNDING = {torch.float32: 1e-5, torch.float64: 1e-13}
 
 
