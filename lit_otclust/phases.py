@@ -160,7 +160,8 @@ class PhaseSwitch(L.Callback):
 
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
                              batch_idx: int) -> None:
-        if self.warmup is None:
+        if self.warmup is None or not self.warmup_steps:  # a checkpoint's ramp, resumed with warm-up off, ends it
+            self.warmup = None
             return
         start, lrs = self.warmup
         factor = min(1.0, (trainer.global_step - start + 1) / self.warmup_steps)

@@ -46,7 +46,8 @@ def _config(**changes) -> dict:
 def test_the_key_ignores_what_acts_after_the_switch_and_reads_the_rest():
     base = pretraining_key(_config())
     after_switch = [{"model__loss": {"class_path": "lit_otclust.losses.SoftKMeans"}}, {"model__proportions": [0.5, 0.5]},
-                    {"model__clustering_weight": 1.0}, {"phases__refit_epochs": [199]}, {"trainer__max_epochs": 200},
+                    {"model__clustering_weight": 1.0}, {"phases__refit_epochs": [199]}, {"phases__warmup_steps": 200},
+                    {"trainer__max_epochs": 200},
                     {"phases__center_init": "constrained"}, {"trainer__default_root_dir": "runs/b"},
                     {"wandb__group": "h"}, {"ckpt_path": "last"}]
     for change in after_switch:
