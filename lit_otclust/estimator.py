@@ -53,7 +53,8 @@ from lit_otclust.system import DeepClustering, adam, check_proportions
 _DTYPES = (np.float32, np.float64, np.uint8)
 # Warnings about choices the caller of fit did not make and cannot change: the samples are in memory, where
 # loader workers only cost (lit_otclust.data.base); the system keeps its autoencoder in its hyperparameters on
-# purpose (lit_otclust.system); a deprecation inside Lightning's own code under this torch (as lit_otclust.__main__ drops).
+# purpose (lit_otclust.system); a deprecation inside Lightning's own code under this torch (as lit_otclust.__main__
+# drops).
 _NOT_THE_CALLERS = (r"The '\w+_dataloader' does not have many workers",
                     r"Attribute '(autoencoder|loss)' is an instance of `nn.Module`",
                     r"`isinstance\(treespec, LeafSpec\)` is deprecated",
