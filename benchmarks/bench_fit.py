@@ -3,6 +3,8 @@
     python -m benchmarks.bench_fit --data-dir ../shared/data --epochs 1 3 --rounds 3 --threads 1 \\
         --variant solve "" --variant fixed "--model.loss.init_args.solver fixed --model.loss.init_args.iters 10" \\
         --bare solve fixed [FIT OVERRIDES]
+    git worktree add ../before <commit> && python -m benchmarks.bench_fit --epochs 1 4 --rounds 5 --threads 1 \
+        --variant now "" --variant before "" --checkout before ../before --bare fixed      (a change's cost)
     python -m benchmarks.bench_fit --epochs 5 20 --rounds 1 --variant fixed "..." --concurrent 1 2 4 8 \\
         --data.init_args.on_device true --trainer.accelerator gpu --trainer.devices 1      (benchmarks/gpu_check.sh)
 
@@ -13,7 +15,9 @@ Every (variant, epochs) process runs once a round, in an order rotated each roun
 ``(wall(E2) - wall(E1)) / (E2 - E1)``: what one more epoch costs, with the start-up, the k-means init and the
 shut-down (the same in both) taken out; its fixed cost is ``wall(E1) - E1 * marginal``. Printed: the medians over
 the rounds, the range, the 200-epoch projection ``fixed + 200 * marginal``, each variant's marginal epoch over its
-bare loop's (``bare-NAME`` for variant NAME, else the first bare loop; round by round), the fit's own per-step time
+bare loop's (``bare-NAME`` for variant NAME, else the first bare loop; round by round), ``--checkout NAME PATH``: variant
+NAME's fit runs in another checkout of this repository (the code before a change; ``python -m`` imports the package
+from the working directory), the fit's own per-step time
 (:class:`StepTimer`), and the marginal epoch in CPU seconds (user + system, the same difference): on a machine whose
 cores other work shares, a steadier figure than the wall's. ``--concurrent N ...`` then starts N copies of the first
 variant at once at E2 epochs, for each N (each with OMP_NUM_THREADS = cores / N unless ``--threads``; N = 1 is the
@@ -90,7 +94,7 @@ def run_once(name: str, epochs: int, a: argparse.Namespace, fits: dict[str, list
     else:
         cmd = bare_command(a.dataset, epochs, a.data_dir, name.removeprefix("bare-"), a.bare_iters,
                             a.bare_device)
-    wall, cpu, out = timed(cmd, env)
+    wall, cpu, out = timed(cmd, env, Path(a.checkout.get(name, REPO)))
     info = json.loads(timer.read_text() if name in fits else out.strip().splitlines()[-1])
     return wall, cpu, info["ms_per_step"]
 
@@ -129,6 +133,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS of every process (default: unset)")
     p.add_argument("--variant", nargs=2, action="append", metavar=("NAME", "ARGS"),
                    help="a fit and its overrides (one shell-quoted string); default: solve '' ")
+    p.add_argument("--checkout", nargs=2, action="append", default=[], metavar=("NAME", "PATH"),
+                   help="variant NAME runs in the checkout at PATH (e.g. a git worktree at an older commit)")
     p.add_argument("--bare", nargs="*", choices=["solve", "fixed"], default=[], help="bare loops with these solvers")
     p.add_argument("--bare-iters", type=int, default=10, help="the bare loop's --iters with --bare fixed")
     p.add_argument("--bare-device", default="cpu", help="the bare loop's --device (cuda beside a fit on the GPU)")
@@ -136,6 +142,7 @@ def main() -> None:
     a, common = p.parse_known_args()
     a.data_dir = str(Path(a.data_dir).resolve())
     a.config = a.config or f"configs/{a.dataset}_ot.yaml"
+    a.checkout = {name: Path(path).resolve() for name, path in a.checkout}
     (e1, e2), env = a.epochs, child_env(a.threads)
     fits = {name: [*common, *shlex.split(extra)] for name, extra in (a.variant or [("solve", "")])}
     names = [*fits, *(f"bare-{s}" for s in a.bare)]

@@ -48,12 +48,12 @@ def child_env(threads: int | None = None) -> dict[str, str]:
     return env
 
 
-def timed(cmd: list[str], env: Mapping[str, str]) -> tuple[float, float, str]:
-    """Wall seconds, CPU seconds (user + sys of the child and its children) and stdout of one command run from the
-    repository root; raises with the end of its stderr where it fails."""
+def timed(cmd: list[str], env: Mapping[str, str], cwd: Path = REPO) -> tuple[float, float, str]:
+    """Wall seconds, CPU seconds (user + sys of the child and its children) and stdout of one command run from
+    ``cwd`` (the repository root); raises with the end of its stderr where it fails."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, env=dict(env), capture_output=True, text=True, check=False)
+    proc = subprocess.run(cmd, cwd=cwd, env=dict(env), capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
