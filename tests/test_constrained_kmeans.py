@@ -12,7 +12,7 @@ from sklearn.cluster import KMeans
 
 import ot
 
-from lit_otclust.clustering import constrained_kmeans, constrained_lloyd, impose
+from lit_otclust.clustering import constrained_kmeans, constrained_lloyd, impose, minibatch_step
 from lit_otclust.metrics import hungarian_accuracy
 
 
@@ -103,6 +103,29 @@ def test_the_plan_at_fixed_centers_is_pots_sinkhorn() -> None:
     assert ours == pytest.approx(float((plan * cost).sum()), rel=1e-6)
     theirs = 0.05 * scale * log["log_v"]
     np.testing.assert_allclose(g.numpy() - g.numpy().mean(), theirs - theirs.mean(), atol=1e-6)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_a_minibatch_step_moves_the_centers_by_pots_plan(weighted: bool) -> None:
+    """partial_fit's step (:func:`minibatch_step`) at given centers: the batch's plan is POT's log-domain Sinkhorn
+    between the rows (weights a) and w on the same costs, and each center moves by MiniBatchKMeans' rule with that
+    plan's masses, mu_k + (sum_i P_ik x_i - m_k mu_k) / (c_k + m_k), the masses in rows (a weight of 2 is two rows)."""
+    x, y = _blobs([0.6, 0.3, 0.1], 300, 3, 2.0, seed=5)
+    w = np.array([0.5, 0.3, 0.2])
+    rows = np.random.default_rng(1).integers(1, 4, len(x)).astype(float) if weighted else np.ones(len(x))
+    centers = np.stack([x[y == k].mean(0) for k in range(3)]) + 0.2
+    counts = np.array([100.0, 40.0, 10.0])
+    eps = 0.5
+    new, g, after = minibatch_step(torch.as_tensor(x), torch.as_tensor(w), torch.as_tensor(centers),
+                                   torch.zeros(3, dtype=torch.float64), torch.as_tensor(counts), eps,
+                                   sample_weight=torch.as_tensor(rows) if weighted else None)
+    cost = ((x[:, None, :] - centers[None]) ** 2).sum(-1)  # (n, K)
+    plan = ot.sinkhorn(rows / rows.sum(), w, cost, eps, method="sinkhorn_log", stopThr=1e-12, numItermax=100_000)
+    plan *= rows.sum()  # in rows
+    mass = plan.sum(0)  # (K,) = w * total rows
+    expected = centers + (plan.T @ x - mass[:, None] * centers) / (counts + mass)[:, None]
+    np.testing.assert_allclose(after.numpy(), counts + mass, atol=1e-3)  # the solve's tolerance, 1e-4 of the mass
+    np.testing.assert_allclose(new.numpy(), expected, atol=1e-5)
 
 
 def test_integer_sample_weights_are_repeated_rows() -> None:
