@@ -21,7 +21,8 @@ turn each round (:func:`benchmarks.harness.alternate`), in this process, all wit
   with every size n / K, with ``--uniform`` only (it takes one size bound for all clusters) and up to
   ``--kmc-max-n``.
 
-A competitor whose package is not installed is left out with a printed note. Printed: per variant the median
+A competitor whose package is not installed is left out with a printed note; ``--only NAME ...`` times those alone
+(on a GPU, ``benchmarks/gpu_check.sh estimator``: the estimator at 10^7 rows beside MiniBatchKMeans and faiss). Printed: per variant the median
 seconds over the rounds, their range, and of the last round the accuracy (Hungarian), the size error (the largest
 |cluster share - matched class share|, lit_otclust.metrics) and the objective, the mean squared distance of the
 points to the mean of their cluster; ``--plot PATH`` draws the medians against n, log-log.
@@ -125,7 +126,7 @@ def competitors(args: argparse.Namespace, n: int, k: int, d: int) -> dict[str, C
             from k_means_constrained import KMeansConstrained
             fits["kmc"] = lambda x, w: KMeansConstrained(k, size_min=n // k, size_max=-(-n // k), n_init=r,
                                                          random_state=0).fit(x).labels_
-    return fits
+    return {name: fit for name, fit in fits.items() if not args.only or name in args.only}
 
 
 def main() -> None:
@@ -139,6 +140,8 @@ def main() -> None:
     parser.add_argument("--uniform", action="store_true", help="equal shares (k-means-constrained runs)")
     parser.add_argument("--bare-max-n", type=int, default=100_000)
     parser.add_argument("--kmc-max-n", type=int, default=20_000)
+    parser.add_argument("--only", nargs="+", default=None, metavar="NAME",
+                        help="time these variants alone (estimator, kmeans, minibatch, bare, faiss, kmc)")
     parser.add_argument("--plot", default=None, help="a .png of the median seconds against n, log-log")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -160,7 +163,8 @@ def main() -> None:
         for name in fits:
             s = hungarian_accuracy(torch.as_tensor(last[name]).long(), torch.as_tensor(y), k, k)
             curves.setdefault(name, []).append((n, median(seconds[name])))
-            ratio = f"{median(seconds['estimator']) / median(seconds[name]):.2f}" if name != "estimator" else ""
+            ratio = (f"{median(seconds['estimator']) / median(seconds[name]):.2f}"
+                     if name != "estimator" and "estimator" in fits else "")
             rows.append([f"{n} x {args.dim}, K={k}", name, f"{median(seconds[name]):.3f}",
                          f"{min(seconds[name]):.3f}-{max(seconds[name]):.3f}", f"{float(s['acc']):.3f}",
                          f"{float(s['size_error']):.3f}", f"{objective(x, last[name], k):.4f}", ratio])

@@ -13,7 +13,9 @@
 #               each --model.compile mode, on 5 and 20 epochs, against the bare PyTorch loop on the GPU: the marginal
 #               epoch, the fixed cost, the 200-epoch projection, the fit over the bare loop (benchmarks/bench_fit.py);
 #   concurrent  N = 1, 2, 4, 8 such 20-epoch fits at once on the one GPU: runs per hour, and 200-epoch runs per hour
-#               projected (the goal: 50 runs of 200 epochs within an hour on one H100).
+#               projected (the goal: 50 runs of 200 epochs within an hour on one H100);
+#   estimator   OTClustering(proportions=w) on 10^6 and 10^7 20-d rows on the GPU, beside MiniBatchKMeans and faiss on
+#               the CPU's cores (benchmarks/bench_estimator.py; the goal: 10^7 rows within a minute). Not in the default.
 # --cpu: the same on the CPU, small (2,000 images, 1 and 2 epochs, N = 1, 2, eager and default only, one thread a
 # process), to check the script where no GPU is (tests/test_benchmarks.py). --dry-run: print the commands, run nothing.
 # Settings from the environment: EPOCHS ("5 20"), CONCURRENT ("1 2 4 8"), COMPILE (the fit stage's modes, "false
@@ -27,7 +29,7 @@ while [ $# -gt 0 ]; do
         --cpu) CPU=1 ;;
         --dry-run) DRY=1 ;;
         --data-dir) DATA=$2; shift ;;
-        tests|step|fit|concurrent) STAGES+=("$1") ;;
+        tests|step|fit|concurrent|estimator) STAGES+=("$1") ;;
         *) echo "unknown argument: $1"; exit 2 ;;
     esac
     shift
@@ -76,6 +78,11 @@ for stage in "${STAGES[@]}"; do
             run concurrent python -m benchmarks.bench_fit --data-dir "$DATA" --epochs $EPOCHS --rounds 1 \
                 --variant "compile=${CONCURRENT_COMPILE:-false}" "--model.compile ${CONCURRENT_COMPILE:-false}" \
                 --concurrent $CONCURRENT "${FIXED[@]}" "${PLACE[@]}" ;;
+        estimator)
+            N=$([ "$CPU" -eq 1 ] && echo "2000 4000" || echo "1000000 10000000")
+            # shellcheck disable=SC2086
+            run estimator python -m benchmarks.bench_estimator --n $N --rounds 1 --threads "$(nproc)" \
+                --only estimator minibatch faiss ;;
     esac
 done
 echo
