@@ -22,10 +22,11 @@ turn each round (:func:`benchmarks.harness.alternate`), in this process, all wit
   ``--kmc-max-n``.
 
 A competitor whose package is not installed is left out with a printed note; ``--only NAME ...`` times those alone
-(on a GPU, ``benchmarks/gpu_check.sh estimator``: the estimator at 10^7 rows beside MiniBatchKMeans and faiss). Printed: per variant the median
-seconds over the rounds, their range, and of the last round the accuracy (Hungarian), the size error (the largest
-|cluster share - matched class share|, lit_otclust.metrics) and the objective, the mean squared distance of the
-points to the mean of their cluster; ``--plot PATH`` draws the medians against n, log-log.
+(``benchmarks/gpu_check.sh estimator``: the estimator at 10^7 rows on a GPU beside MiniBatchKMeans and faiss).
+Printed: per variant the median seconds over the rounds, their range, and of the last round the accuracy
+(Hungarian), the size error (the largest |cluster share - matched class share|, lit_otclust.metrics) and the
+objective, the mean squared distance of the points to the mean of their cluster; ``--plot PATH`` draws the medians
+against n, log-log.
 """
 
 from __future__ import annotations

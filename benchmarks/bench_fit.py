@@ -15,11 +15,11 @@ Every (variant, epochs) process runs once a round, in an order rotated each roun
 ``(wall(E2) - wall(E1)) / (E2 - E1)``: what one more epoch costs, with the start-up, the k-means init and the
 shut-down (the same in both) taken out; its fixed cost is ``wall(E1) - E1 * marginal``. Printed: the medians over
 the rounds, the range, the 200-epoch projection ``fixed + 200 * marginal``, each variant's marginal epoch over its
-bare loop's (``bare-NAME`` for variant NAME, else the first bare loop; round by round), ``--checkout NAME PATH``: variant
-NAME's fit runs in another checkout of this repository (the code before a change; ``python -m`` imports the package
-from the working directory), the fit's own per-step time
+bare loop's (``bare-NAME`` for variant NAME, else the first bare loop; round by round), the fit's own per-step time
 (:class:`StepTimer`), and the marginal epoch in CPU seconds (user + system, the same difference): on a machine whose
-cores other work shares, a steadier figure than the wall's. ``--concurrent N ...`` then starts N copies of the first
+cores other work shares, a steadier figure than the wall's. ``--checkout NAME PATH`` runs variant NAME's fit in another
+checkout of this repository, e.g. the code before a change (``python -m`` imports the package from the working
+directory). ``--concurrent N ...`` then starts N copies of the first
 variant at once at E2 epochs, for each N (each with OMP_NUM_THREADS = cores / N unless ``--threads``; N = 1 is the
 single run's E2 fit above, not run again), and prints
 runs per hour, with a 200-epoch projection that scales each run's time beyond the single run's fixed cost.

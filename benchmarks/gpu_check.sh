@@ -14,8 +14,8 @@
 #               epoch, the fixed cost, the 200-epoch projection, the fit over the bare loop (benchmarks/bench_fit.py);
 #   concurrent  N = 1, 2, 4, 8 such 20-epoch fits at once on the one GPU: runs per hour, and 200-epoch runs per hour
 #               projected (the goal: 50 runs of 200 epochs within an hour on one H100);
-#   estimator   OTClustering(proportions=w) on 10^6 and 10^7 20-d rows on the GPU, beside MiniBatchKMeans and faiss on
-#               the CPU's cores (benchmarks/bench_estimator.py; the goal: 10^7 rows within a minute). Not in the default.
+#   estimator   OTClustering(proportions=w) on 10^6 and 10^7 20-d rows on the GPU, beside MiniBatchKMeans and faiss
+#               on the CPU's cores (benchmarks/bench_estimator.py; goal: 10^7 rows within a minute); by name only.
 # --cpu: the same on the CPU, small (2,000 images, 1 and 2 epochs, N = 1, 2, eager and default only, one thread a
 # process), to check the script where no GPU is (tests/test_benchmarks.py). --dry-run: print the commands, run nothing.
 # Settings from the environment: EPOCHS ("5 20"), CONCURRENT ("1 2 4 8"), COMPILE (the fit stage's modes, "false

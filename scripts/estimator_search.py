@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from estimator_features import REPO, long_tailed, mnist_pca, scores  # noqa: E402
 
 
-def converge(z: torch.Tensor, w: torch.Tensor, centers: torch.Tensor, epsilon: float = 1e-2) -> tuple[float, torch.Tensor]:
+def converge(z: torch.Tensor, w: torch.Tensor, centers: torch.Tensor,
+             epsilon: float = 1e-2) -> tuple[float, torch.Tensor]:
     """Lloyd's iterations at ``epsilon`` from ``centers`` (center k carrying w_k): the transport cost, the labels."""
     _, mu, g = constrained_lloyd(z, w, centers.double(), epsilon=epsilon)
     cost, _, _ = constrained_lloyd(z, w, mu, max_iter=0)
