@@ -44,7 +44,7 @@ class DECLoss(ClusteringLoss):
         self.alpha = alpha
 
     def soft_assignment(self, z: Tensor, centers: Tensor) -> Tensor:
-        """q (m, K), rows summing to 1, in log space for stability: log q = -(alpha+1)/2 log(1 + C/alpha) - LSE."""
+        """log q (m, K), each row a log-distribution: -(alpha+1)/2 log(1 + C/alpha), less its row's logsumexp."""
         cost = squared_distances(z, centers)  # (m, K), float32 at least
         logits = -(self.alpha + 1) / 2 * torch.log1p(cost / self.alpha)
         return torch.log_softmax(logits, dim=1)
