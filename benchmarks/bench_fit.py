@@ -3,7 +3,7 @@
     python -m benchmarks.bench_fit --data-dir ../shared/data --epochs 1 3 --rounds 3 --threads 1 \\
         --variant solve "" --variant fixed "--model.loss.init_args.solver fixed --model.loss.init_args.iters 10" \\
         --bare solve fixed [FIT OVERRIDES]
-    git worktree add ../before <commit> && python -m benchmarks.bench_fit --epochs 1 4 --rounds 5 --threads 1 \
+    git worktree add ../before <commit> && python -m benchmarks.bench_fit --epochs 1 4 --rounds 5 --threads 1 \\
         --variant now "" --variant before "" --checkout before ../before --bare fixed      (a change's cost)
     python -m benchmarks.bench_fit --epochs 5 20 --rounds 1 --variant fixed "..." --concurrent 1 2 4 8 \\
         --data.init_args.on_device true --trainer.accelerator gpu --trainer.devices 1      (benchmarks/gpu_check.sh)

@@ -41,14 +41,13 @@ def variants(x: np.ndarray, y: np.ndarray) -> dict[str, tuple[float, float]]:
     """Each search's (accuracy, transport cost) on x, told the class shares."""
     k = len(np.unique(y))
     w, z = torch.as_tensor(np.bincount(y) / len(y)), torch.as_tensor(x, dtype=torch.float64)
-    out = {}
+    out, found = {}, {}
     for name, kwargs in (("default", {}), ("80 restarts", {"n_init": 80}), ("epsilon 0.1", {"epsilon": 0.1}),
                          ("epsilon 0.001", {"epsilon": 1e-3})):
-        mu, _, labels = constrained_kmeans(torch.as_tensor(x), w, seed=0, **kwargs)
-        cost, _, _ = constrained_lloyd(z, w, mu.double(), max_iter=0)
+        found[name], _, labels = constrained_kmeans(torch.as_tensor(x), w, seed=0, **kwargs)
+        cost, _, _ = constrained_lloyd(z, w, found[name].double(), max_iter=0)
         out[name] = (scores(labels.numpy(), y, k)[0], cost)
-    mu, _, _ = constrained_kmeans(torch.as_tensor(x), w, seed=0, epsilon=0.1)
-    cost, labels = converge(z, w, mu)
+    cost, labels = converge(z, w, found["epsilon 0.1"])  # annealed: the search at 0.1, Lloyd continued at 0.01
     out["annealed 0.1 -> 0.01"] = (scores(labels.numpy(), y, k)[0], cost)
     km = KMeans(k, n_init=10, random_state=0).fit(x)
     share = torch.argsort(match_sizes(torch.as_tensor(np.bincount(km.labels_, minlength=k), dtype=torch.float64), w))

@@ -16,9 +16,6 @@ import numpy as np
 from PIL import Image
 from torchvision.datasets import CIFAR10, MNIST
 
-DATASETS = {"mnist": MNIST, "cifar10": CIFAR10, "digits": None}
-
-
 class Digits:
     """scikit-learn's digits as a torchvision-like data set of (PIL image, label), classes named "0" to "9"."""
 
@@ -36,9 +33,12 @@ class Digits:
         return Image.fromarray(self.images[index]), int(self.targets[index])  # uint8 (8, 8): mode L
 
 
+DATASETS = {"mnist": MNIST, "cifar10": CIFAR10, "digits": Digits}
+
+
 def export(dataset: str, data_dir: str, out: str, per_class: int, train: bool = False) -> int:
     """Write the images; returns how many. An existing file is left as it is (the export is resumable)."""
-    data = (DATASETS[dataset] or Digits)(data_dir, train=train, download=False)
+    data = DATASETS[dataset](data_dir, train=train, download=False)
     counts: dict[int, int] = {}
     for index in range(len(data)):
         image, label = data[index]
