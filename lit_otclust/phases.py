@@ -48,6 +48,10 @@ class PhaseSwitch(L.Callback):
             potentials follow over the epoch's batches). Default (None): the last joint epoch where the loss
             constrains the sizes to a non-uniform w, none otherwise; ``[]``: never. Why: RESULTS.md, "Known cluster
             proportions".
+        refit_every: also refit at the start of every ``refit_every``-th joint epoch (joint epochs refit_every - 1,
+            2 refit_every - 1, ... up to trainer.max_epochs; 0: none): with 100 joint epochs, 25 adds [24, 49, 74,
+            99]. Why: each refit gives the loss the size-constrained partition of the current embedding to train
+            towards, so training with w shapes the embedding (RESULTS.md, "When does the joint phase help?").
         warmup_steps: optimizer steps over which the joint phase's learning rates ramp linearly from 1/warmup_steps
             of their value up to it (0: none). Why: the switch restarts the optimisation, and a restarted Adam's first
             steps move every weight by about the learning rate whatever its gradient (its second moments start at
@@ -59,7 +63,7 @@ class PhaseSwitch(L.Callback):
                  match_proportions: Literal["none", "sizes"] = "sizes",
                  kmeans_at: Literal["switch", "start"] = "switch",
                  center_init: Literal["kmeans", "uniform", "constrained"] = "kmeans",
-                 refit_epochs: list[int] | None = None, warmup_steps: int = 0) -> None:
+                 refit_epochs: list[int] | None = None, refit_every: int = 0, warmup_steps: int = 0) -> None:
         if pretrain_epochs < 0:
             raise ValueError(f"pretrain_epochs must be >= 0, got {pretrain_epochs}")
         if kmeans_n_init < 1:
@@ -74,6 +78,8 @@ class PhaseSwitch(L.Callback):
             raise ValueError(f"phases.warmup_steps must be >= 0, got {warmup_steps}")
         if any(epoch < 0 for epoch in refit_epochs or ()):
             raise ValueError(f"phases.refit_epochs counts joint epochs from 0, got {refit_epochs}")
+        if refit_every < 0:
+            raise ValueError(f"phases.refit_every must be >= 0 (0: no periodic refit), got {refit_every}")
         self.pretrain_epochs = pretrain_epochs
         self.kmeans_n_init = kmeans_n_init
         self.seed = seed
@@ -81,6 +87,7 @@ class PhaseSwitch(L.Callback):
         self.kmeans_at = kmeans_at
         self.center_init = center_init
         self.refit_epochs = None if refit_epochs is None else sorted(set(refit_epochs))
+        self.refit_every = refit_every
         self.refitted: list[int] = []  # epochs whose refit is done: a run resumed mid-epoch does not refit again
         self.phase = "pretrain"
         self.switch_epoch: int | None = None
@@ -172,19 +179,22 @@ class PhaseSwitch(L.Callback):
             self.warmup = None
 
     def refits(self, trainer: L.Trainer, pl_module: L.LightningModule) -> list[int]:
-        """The joint epochs that start with a refit of the centers: ``refit_epochs``, or its default (above)."""
+        """The joint epochs that start with a refit of the centers: ``refit_epochs`` (or its default, above) and every
+        ``refit_every``-th."""
         loss = getattr(pl_module, "loss", None)
         if loss is None:
             return []
+        last = trainer.max_epochs
+        known = last is not None and last >= 0 and self.switch_epoch is not None  # the joint epochs are countable
+        every = range(self.refit_every - 1, last - self.switch_epoch, self.refit_every) if (
+            known and self.refit_every) else []
         if self.refit_epochs is not None:
-            return self.refit_epochs
+            return sorted(set(self.refit_epochs) | set(every))
         w = getattr(pl_module, "proportions", None)
         uniform = w is None or torch.allclose(w, torch.full_like(w, 1 / len(w)))
-        last = trainer.max_epochs
-        if (not getattr(loss, "constrains_sizes", False) or uniform or last is None or last < 0
-                or self.switch_epoch is None):
-            return []
-        return [last - 1 - self.switch_epoch]
+        if not getattr(loss, "constrains_sizes", False) or uniform or not known:
+            return sorted(every)
+        return sorted(set(every) | {last - 1 - self.switch_epoch})
 
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         # Pre-training, and the AE + k-means baseline throughout, are scored by k-means on the current embeddings:

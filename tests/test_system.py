@@ -577,6 +577,37 @@ def test_refit_epochs_fit_the_centers_again_by_size_constrained_kmeans_once(data
     assert default.refits(trainer, uniform) == [] and default.refits(trainer, soft) == []
 
 
+def test_refit_every_adds_the_periodic_refits_to_refit_epochs_and_to_the_default(data_dir):
+    """refit_every=n: joint epochs n-1, 2n-1, ... start with a refit, beside refit_epochs or its default; in a fit with
+    lr 0, refit_every=1 refits at both joint epochs and leaves mu at size-constrained k-means of the embedding."""
+    L.seed_everything(0)
+    w = [0.4, 0.1, 0.3, 0.2]
+    module = DeepClustering(MLPAutoencoder(), num_clusters=4, loss=OTLoss(), proportions=w)
+    uniform = DeepClustering(MLPAutoencoder(), num_clusters=4, loss=OTLoss())
+    trainer = L.Trainer(max_epochs=101, logger=False)  # joint epochs 0-99 after a switch at epoch 1
+    every, pinned = PhaseSwitch(pretrain_epochs=1, refit_every=25), PhaseSwitch(refit_every=30, refit_epochs=[5])
+    every.switch_epoch = pinned.switch_epoch = 1
+    assert every.refits(trainer, module) == [24, 49, 74, 99]  # the default's last epoch is one of them
+    assert every.refits(trainer, uniform) == [24, 49, 74, 99]  # no default refit under a uniform w
+    assert pinned.refits(trainer, module) == [5, 29, 59, 89]
+    assert PhaseSwitch(refit_every=25).refits(trainer, DeepClustering(MLPAutoencoder(), num_clusters=4)) == []
+    with pytest.raises(ValueError, match="refit_every"):
+        PhaseSwitch(refit_every=-1)
+    dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", classes=[0, 1, 2, 3], subset=400,
+                         batch_size=100)
+    module = DeepClustering(MLPAutoencoder(), num_clusters=4, loss=OTLoss(solver="solve"), proportions=w,
+                            optimizer=partial(adam, lr=0.0))
+    switch = PhaseSwitch(pretrain_epochs=1, kmeans_n_init=4, seed=3, refit_every=1)
+    trainer = L.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0, callbacks=[switch])
+    trainer.fit(module, datamodule=dm)
+    assert switch.refitted == [1, 2]
+    with torch.no_grad():
+        z = module.embed(dm.fit_set.x)
+    centers, _, _ = constrained_kmeans(z, torch.tensor(w), n_init=4, seed=3)
+    torch.testing.assert_close(module.centers.detach(), centers, rtol=0, atol=1e-6)
+
+
 def test_the_scores_do_not_depend_on_the_evaluation_batch_size(data_dir):
     """The evaluation batch is a speed setting only (its default is the data set's fastest measured,
     python -m benchmarks.bench_data --eval-sizes): the default, an odd size and one batch of everything give the
