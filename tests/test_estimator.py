@@ -380,3 +380,28 @@ def test_cli_on_features_draws_its_pictures(tmp_path) -> None:
     np.savez(tmp_path / "features.npz", x=X.astype(np.float32))
     _cli_fit_then_predict(tmp_path / "features.npz", tmp_path / "run", [])
     assert (tmp_path / "run" / "figures" / "embedding_final.png").is_file()
+
+
+@pytest.mark.slow
+def test_auto_gives_images_whose_sides_divide_by_8_the_conv_autoencoder_and_its_schedule():
+    """autoencoder="auto": no autoencoder on (n, d) features, the conv autoencoder on images whose sides divide by 8
+    (any layout), the MLP on other images; an explicit setting wins. A schedule setting left None takes the
+    autoencoder's (the conv autoencoder pre-trains the first fifth of the epochs, however many), a set one stays."""
+    from lit_otclust.models import ConvAutoencoder, MLPAutoencoder
+
+    rng = np.random.default_rng(0)
+    tiny = dict(latent_dim=4, max_epochs=2, kmeans_n_init=1, random_state=0)
+    kinds = {(40, 8, 8): ConvAutoencoder, (40, 16, 8, 3): ConvAutoencoder, (40, 3, 16, 8): ConvAutoencoder,
+             (40, 10, 10): MLPAutoencoder}
+    for shape, kind in kinds.items():
+        model = OTClustering(2, **tiny).fit(rng.random(shape, dtype=np.float32))
+        assert type(model.module_.autoencoder) is kind, shape
+        assert model.transform(rng.random(shape, dtype=np.float32)).shape == (shape[0], 4)
+    model = OTClustering(2, autoencoder="mlp", **tiny).fit(rng.random((40, 8, 8), dtype=np.float32))
+    assert type(model.module_.autoencoder) is MLPAutoencoder
+    assert OTClustering(2, **tiny).fit(rng.random((40, 5), dtype=np.float32)).module_ is None
+    assert model.schedule_ == {"max_epochs": 2, "pretrain_epochs": 0, "batch_size": 300}  # the MLP's, 2 epochs
+    assert OTClustering(2)._schedule("conv") == {"max_epochs": 50, "pretrain_epochs": 10, "batch_size": 64}
+    assert OTClustering(2, max_epochs=10)._schedule("conv") == {"max_epochs": 10, "pretrain_epochs": 2, "batch_size": 64}
+    assert OTClustering(2, pretrain_epochs=1, batch_size=20)._schedule("mlp") == {
+        "max_epochs": 200, "pretrain_epochs": 1, "batch_size": 20}
