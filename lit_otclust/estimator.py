@@ -370,8 +370,8 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
         return "conv" if height % 8 == 0 and width % 8 == 0 else "mlp"
 
     def _schedule(self, kind: str) -> dict[str, int]:
-        """``max_epochs``, ``pretrain_epochs`` and ``batch_size`` for the autoencoder ``kind``: a None setting takes
-        its schedule's, pre-training then the schedule's share of the epochs asked for."""
+        """``max_epochs``, ``pretrain_epochs`` and ``batch_size`` for the autoencoder ``kind``: each None setting takes
+        the kind's schedule's, and a None ``pretrain_epochs`` the schedule's share of the epochs that will run."""
         schedule = {name: _SCHEDULES[kind][name] if getattr(self, name) is None else getattr(self, name)
                     for name in _SCHEDULES[kind]}
         if self.pretrain_epochs is None:
