@@ -402,6 +402,7 @@ def test_auto_gives_images_whose_sides_divide_by_8_the_conv_autoencoder_and_its_
     assert OTClustering(2, **tiny).fit(rng.random((40, 5), dtype=np.float32)).module_ is None
     assert model.schedule_ == {"max_epochs": 2, "pretrain_epochs": 0, "batch_size": 300}  # the MLP's, 2 epochs
     assert OTClustering(2)._schedule("conv") == {"max_epochs": 50, "pretrain_epochs": 10, "batch_size": 64}
-    assert OTClustering(2, max_epochs=10)._schedule("conv") == {"max_epochs": 10, "pretrain_epochs": 2, "batch_size": 64}
+    assert OTClustering(2, max_epochs=10)._schedule("conv") == {
+        "max_epochs": 10, "pretrain_epochs": 2, "batch_size": 64}
     assert OTClustering(2, pretrain_epochs=1, batch_size=20)._schedule("mlp") == {
         "max_epochs": 200, "pretrain_epochs": 1, "batch_size": 20}

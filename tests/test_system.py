@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import partial
+from pathlib import Path
 
 import lightning as L
 import numpy as np
@@ -522,22 +523,29 @@ def test_center_init_uniform_draws_dkm_centers_at_the_switch_whatever_the_embedd
         PhaseSwitch(center_init="random")
 
 
-def test_center_init_constrained_puts_each_share_where_constrained_kmeans_does(data_dir):
-    """center_init="constrained": at the switch mu is size-constrained k-means of the pre-trained embedding with the
-    model's proportions, center k carrying w_k, as constrained_kmeans computes it on that embedding (lr 0: the
-    embedding the switch saw); its nearest-center sizes follow w's order."""
+def _fit_at_lr_0(data_dir: Path, switch: PhaseSwitch, w: list[float],
+                 max_epochs: int) -> tuple[DeepClustering, torch.Tensor, L.Trainer]:
+    """A fit under w of 400 images of digits 0-3 at learning rate 0, seeded, so the final embedding is the one the
+    switch and every refit saw: the module, that embedding (400, p) and the trainer."""
     L.seed_everything(0)
-    w = [0.4, 0.1, 0.3, 0.2]
     dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", classes=[0, 1, 2, 3], subset=400,
                          batch_size=100)
     module = DeepClustering(MLPAutoencoder(), num_clusters=4, loss=OTLoss(solver="solve"), proportions=w,
                             optimizer=partial(adam, lr=0.0))
-    trainer = L.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
-                        callbacks=[PhaseSwitch(pretrain_epochs=1, kmeans_n_init=4, seed=3, center_init="constrained")])
+    trainer = L.Trainer(max_epochs=max_epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0, callbacks=[switch])
     trainer.fit(module, datamodule=dm)
     with torch.no_grad():
-        z = module.embed(dm.fit_set.x)
+        return module, module.embed(dm.fit_set.x), trainer
+
+
+def test_center_init_constrained_puts_each_share_where_constrained_kmeans_does(data_dir):
+    """center_init="constrained": at the switch mu is size-constrained k-means of the pre-trained embedding with the
+    model's proportions, center k carrying w_k, as constrained_kmeans computes it on that embedding (lr 0: the
+    embedding the switch saw); its nearest-center sizes follow w's order."""
+    w = [0.4, 0.1, 0.3, 0.2]
+    switch = PhaseSwitch(pretrain_epochs=1, kmeans_n_init=4, seed=3, center_init="constrained")
+    module, z, _ = _fit_at_lr_0(data_dir, switch, w, max_epochs=2)
     centers, g, labels = constrained_kmeans(z, torch.tensor(w), n_init=4, seed=3)
     torch.testing.assert_close(module.centers.detach(), centers, rtol=0, atol=1e-6)
     np.testing.assert_array_equal(np.bincount(labels.numpy(), minlength=4), np.round(np.array(w) * 400).astype(int))
@@ -547,18 +555,9 @@ def test_refit_epochs_fit_the_centers_again_by_size_constrained_kmeans_once(data
     """refit_epochs=[1]: at the start of the second joint epoch mu is size-constrained k-means of the current
     embedding (lr 0: the embedding the refit saw), whatever the switch's k-means gave; the refit is recorded in the
     callback's state, so a run resumed within that epoch does not refit again; and negative epochs are refused."""
-    L.seed_everything(0)
     w = [0.4, 0.1, 0.3, 0.2]
-    dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", classes=[0, 1, 2, 3], subset=400,
-                         batch_size=100)
-    module = DeepClustering(MLPAutoencoder(), num_clusters=4, loss=OTLoss(solver="solve"), proportions=w,
-                            optimizer=partial(adam, lr=0.0))
     switch = PhaseSwitch(pretrain_epochs=1, kmeans_n_init=4, seed=3, refit_epochs=[1])
-    trainer = L.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0, callbacks=[switch])
-    trainer.fit(module, datamodule=dm)
-    with torch.no_grad():
-        z = module.embed(dm.fit_set.x)
+    module, z, trainer = _fit_at_lr_0(data_dir, switch, w, max_epochs=3)
     centers, _, _ = constrained_kmeans(z, torch.tensor(w), n_init=4, seed=3)
     torch.testing.assert_close(module.centers.detach(), centers, rtol=0, atol=1e-6)
     assert not torch.allclose(centers, kmeans(z, 4, 4, 3), atol=1e-3)  # the switch's start was another
@@ -593,17 +592,9 @@ def test_refit_every_adds_the_periodic_refits_to_refit_epochs_and_to_the_default
     assert PhaseSwitch(refit_every=25).refits(trainer, DeepClustering(MLPAutoencoder(), num_clusters=4)) == []
     with pytest.raises(ValueError, match="refit_every"):
         PhaseSwitch(refit_every=-1)
-    dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", classes=[0, 1, 2, 3], subset=400,
-                         batch_size=100)
-    module = DeepClustering(MLPAutoencoder(), num_clusters=4, loss=OTLoss(solver="solve"), proportions=w,
-                            optimizer=partial(adam, lr=0.0))
     switch = PhaseSwitch(pretrain_epochs=1, kmeans_n_init=4, seed=3, refit_every=1)
-    trainer = L.Trainer(max_epochs=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0, callbacks=[switch])
-    trainer.fit(module, datamodule=dm)
+    module, z, _ = _fit_at_lr_0(data_dir, switch, w, max_epochs=3)
     assert switch.refitted == [1, 2]
-    with torch.no_grad():
-        z = module.embed(dm.fit_set.x)
     centers, _, _ = constrained_kmeans(z, torch.tensor(w), n_init=4, seed=3)
     torch.testing.assert_close(module.centers.detach(), centers, rtol=0, atol=1e-6)
 
