@@ -121,6 +121,10 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
         lr: Adam's learning rate.
         kmeans_n_init: k-means++ restarts of the centers' initialisation (without an autoencoder: of the
             size-constrained k-means' search).
+        center_init, refit_every: with an autoencoder, how the centers start the joint phase and how often they are
+            fit again (:class:`~lit_otclust.phases.PhaseSwitch`): ``"kmeans"``, or ``"constrained"``, size-constrained
+            k-means with w (equal sizes without ``proportions``); every ``refit_every`` joint epochs the centers are
+            refit by size-constrained k-means (0: never).
         channels_last: the layout of a 4-d X; None guesses it (:class:`~lit_otclust.data.ArrayDataModule`).
         accelerator: Lightning's accelerator (``"auto"``: a GPU if there is one); one device. Without an
             autoencoder: ``"auto"``, ``"gpu"`` or ``"cuda"`` run on CUDA where torch has it, anything else on the CPU.
@@ -178,6 +182,8 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
         batch_size: int | None = None,
         lr: float = 1e-3,
         kmeans_n_init: int = 20,
+        center_init: Literal["kmeans", "constrained"] = "kmeans",
+        refit_every: int = 0,
         channels_last: bool | None = None,
         accelerator: str = "auto",
         trainer_kwargs: dict[str, Any] | None = None,
@@ -200,6 +206,8 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
         self.batch_size = batch_size
         self.lr = lr
         self.kmeans_n_init = kmeans_n_init
+        self.center_init = center_init
+        self.refit_every = refit_every
         self.channels_last = channels_last
         self.accelerator = accelerator
         self.trainer_kwargs = trainer_kwargs
@@ -233,7 +241,7 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
                 proportions=proportions, clustering_weight=self.clustering_weight,
                 optimizer=functools.partial(adam, lr=self.lr))
             phases = PhaseSwitch(pretrain_epochs=schedule["pretrain_epochs"], kmeans_n_init=self.kmeans_n_init,
-                                 seed=seed)
+                                 seed=seed, center_init=self.center_init, refit_every=self.refit_every)
             trainer = L.Trainer(callbacks=[phases], **self._trainer_settings(schedule["max_epochs"]))
             trainer.fit(system, datamodule=data)
         self.schedule_ = schedule

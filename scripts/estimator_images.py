@@ -11,7 +11,13 @@ images and of CIFAR-10's (uint8, divided by 255 in ``fit``). Variants, each fit 
 - the folder config's recipe (configs/folder_example.yaml, measured on PNG folders of these sets): 10 epochs of
   pre-training then 40 joint, batch 64, the conv autoencoder where the sides divide by 8 (the estimator's default
   there), the MLP otherwise (MNIST's 28: the same fit as the row below);
-- the same schedule on the MLP, to tell the schedule from the network.
+- the same schedule on the MLP, to tell the schedule from the network;
+- the estimator's schedule (the MLP's or the conv autoencoder's, as ``"auto"`` picks) with the size-constrained
+  partition during training: the centers start from size-constrained k-means with equal sizes and are refit by it
+  every quarter of the joint epochs (``center_init="constrained"``, ``refit_every``), as it pays in
+  configs/studies/joint_phase.yaml.
+
+``--only TEXT`` runs the variants whose name holds TEXT and replaces their rows in the table, keeping the others.
 """
 
 from __future__ import annotations
@@ -64,21 +70,49 @@ VARIANTS = {
         "pretrain_epochs": 10, "max_epochs": 50, "batch_size": 64},
     "the folder schedule on the MLP": lambda x: {"autoencoder": "mlp", "pretrain_epochs": 10, "max_epochs": 50,
                                                   "batch_size": 64},
+    "the default schedule, size-constrained start and refits every quarter": lambda x: {
+        "center_init": "constrained", "refit_every": 10 if all(s % 8 == 0 for s in x.shape[1:3]) else 50},
 }
 
 
-def main(out: Path, seeds: list[int]) -> None:
+DATA_ORDER = ["digits (1,797, 8x8)", "MNIST 5k (28x28)", "CIFAR-10 5k (32x32x3)"]  # datasets()' keys
+
+
+def table(rows: dict[tuple[str, str], str], seeds: list[int]) -> str:
+    """The markdown table of ``rows``, (data, method) -> its row, in the order of the data sets and of the methods."""
+    head = ["Hungarian accuracy of each fit on its whole set, mean ± sd over seeds "
+            f"{seeds[0]}-{seeds[-1]}, and seconds a fit (one thread); `python scripts/estimator_images.py`.", "",
+            "| data | method | accuracy | seconds |", "|---|---|---|---|"]
+    order = {method: i for i, method in enumerate(["k-means on the pixels", *VARIANTS])}
+    keys = sorted(rows, key=lambda key: (DATA_ORDER.index(key[0]), order.get(key[1], len(order))))
+    return "\n".join(head + [rows[key] for key in keys]) + "\n"
+
+
+def read_rows(out: Path) -> dict[tuple[str, str], str]:
+    """The rows of a table written before, (data, method) -> the row."""
+    if not out.exists():
+        return {}
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| ") and not line.startswith("| data")]
+    return {tuple(cell.strip() for cell in row.split("|")[1:3]): row for row in rows}
+
+
+def row(name: str, method: str, accs: list[float], secs: list[float]) -> str:
+    return f"| {name} | {method} | {np.mean(accs):.3f} ± {np.std(accs, ddof=1):.3f} | {np.mean(secs):.0f} |"
+
+
+def main(out: Path, seeds: list[int], only: str | None = None) -> None:
     torch.set_num_threads(1)
-    lines = ["Hungarian accuracy of each fit on its whole set, mean ± sd over seeds "
-             f"{seeds[0]}-{seeds[-1]}, and seconds a fit (one thread); `python scripts/estimator_images.py`.", "",
-             "| data | method | accuracy | seconds |", "|---|---|---|---|"]
+    rows = read_rows(out) if only else {}
     for name, (x, y) in datasets().items():
-        t = time.perf_counter()
-        flat = x.reshape(len(x), -1).astype(np.float32) / (255.0 if x.dtype == np.uint8 else 1.0)
-        km = [accuracy(KMeans(10, n_init=10, random_state=s).fit(flat).labels_, y) for s in seeds]
-        lines.append(f"| {name} | k-means on the pixels | {np.mean(km):.3f} ± {np.std(km, ddof=1):.3f} | "
-                     f"{(time.perf_counter() - t) / len(seeds):.0f} |")
+        if not only:
+            t = time.perf_counter()
+            flat = x.reshape(len(x), -1).astype(np.float32) / (255.0 if x.dtype == np.uint8 else 1.0)
+            km = [accuracy(KMeans(10, n_init=10, random_state=s).fit(flat).labels_, y) for s in seeds]
+            secs = [(time.perf_counter() - t) / len(seeds)]
+            rows[name, "k-means on the pixels"] = row(name, "k-means on the pixels", km, secs)
         for method, settings in VARIANTS.items():
+            if only and only not in method:
+                continue
             accs, secs = [], []
             for s in seeds:
                 t = time.perf_counter()
@@ -86,15 +120,15 @@ def main(out: Path, seeds: list[int]) -> None:
                 secs.append(time.perf_counter() - t)
                 accs.append(accuracy(model.labels_, y))
                 print(name, method, s, f"{accs[-1]:.3f}", f"{secs[-1]:.0f} s", flush=True)
-            lines.append(f"| {name} | {method} | {np.mean(accs):.3f} ± {np.std(accs, ddof=1):.3f} | "
-                         f"{np.mean(secs):.0f} |")
-        out.write_text("\n".join(lines) + "\n")  # after each data set: a partial table survives a stop
-    print("\n".join(lines))
+            rows[name, method] = row(name, method, accs, secs)
+            out.write_text(table(rows, seeds))  # after each row: a partial table survives a stop
+    print(table(rows, seeds))
 
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=REPO / "results" / "estimator_images.md")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--only", help="run only the variants whose name holds this text; the table keeps the other rows")
     args = p.parse_args()
-    main(args.out, args.seeds)
+    main(args.out, args.seeds, args.only)

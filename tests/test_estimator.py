@@ -406,3 +406,25 @@ def test_auto_gives_images_whose_sides_divide_by_8_the_conv_autoencoder_and_its_
         "max_epochs": 10, "pretrain_epochs": 2, "batch_size": 64}
     assert OTClustering(2, pretrain_epochs=1, batch_size=20)._schedule("mlp") == {
         "max_epochs": 200, "pretrain_epochs": 1, "batch_size": 20}
+
+
+def test_center_init_and_refit_every_reach_the_phases_size_constrained_kmeans():
+    """At lr 0 (the embedding never moves) the centers end where size-constrained k-means with equal sizes (no
+    proportions) puts them on the final embedding, as constrained_kmeans computes it from transform(X) with the same
+    restarts and seed, when the joint phase starts from it (center_init="constrained") or refits by it
+    (refit_every=2: at the start of joint epoch 1); by default (k-means, no refit under equal sizes) they end at
+    k-means' centers of blobs of 150, 90 and 60, elsewhere."""
+    from sklearn.datasets import make_blobs
+
+    from lit_otclust.clustering import constrained_kmeans
+
+    X, _ = make_blobs([150, 90, 60], n_features=6, random_state=0)
+    w = [1 / 3] * 3
+    common = dict(autoencoder="mlp", hidden_dims=(16,), latent_dim=4, max_epochs=3, pretrain_epochs=1,
+                  batch_size=100, lr=0.0, kmeans_n_init=3, random_state=5)
+    for settings in ({"center_init": "constrained"}, {"refit_every": 2}, {}):
+        model = OTClustering(3, **common, **settings).fit(X)
+        centers, _, labels = constrained_kmeans(torch.as_tensor(model.transform(X)), torch.tensor(w), 3, seed=5)
+        close = np.allclose(model.cluster_centers_, centers.numpy(), rtol=0, atol=1e-5)
+        assert close == bool(settings), settings
+    np.testing.assert_array_equal(np.bincount(labels.numpy(), minlength=3), [100, 100, 100])
