@@ -385,8 +385,9 @@ def test_cli_on_features_draws_its_pictures(tmp_path) -> None:
 @pytest.mark.slow
 def test_auto_gives_images_whose_sides_divide_by_8_the_conv_autoencoder_and_its_schedule():
     """autoencoder="auto": no autoencoder on (n, d) features, the conv autoencoder on images whose sides divide by 8
-    (any layout), the MLP on other images; an explicit setting wins. A schedule setting left None takes the
-    autoencoder's (the conv autoencoder pre-trains the first fifth of the epochs, however many), a set one stays."""
+    (any layout), the MLP on other images; an explicit setting wins. A recipe setting left None takes the
+    autoencoder's (the conv autoencoder pre-trains the first fifth of the epochs, however many; the MLP on images
+    refits every quarter of the joint epochs), a set one stays."""
     from lit_otclust.models import ConvAutoencoder, MLPAutoencoder
 
     rng = np.random.default_rng(0)
@@ -400,12 +401,18 @@ def test_auto_gives_images_whose_sides_divide_by_8_the_conv_autoencoder_and_its_
     model = OTClustering(2, autoencoder="mlp", **tiny).fit(rng.random((40, 8, 8), dtype=np.float32))
     assert type(model.module_.autoencoder) is MLPAutoencoder
     assert OTClustering(2, **tiny).fit(rng.random((40, 5), dtype=np.float32)).module_ is None
-    assert model.schedule_ == {"max_epochs": 2, "pretrain_epochs": 0, "batch_size": 300}  # the MLP's, 2 epochs
-    assert OTClustering(2)._schedule("conv") == {"max_epochs": 50, "pretrain_epochs": 10, "batch_size": 64}
+    # the MLP's recipe at 2 epochs: on images the size-constrained start, refits every quarter of the joint epochs
+    sized, kmeans = {"center_init": "constrained", "refit_every": 1}, {"center_init": "kmeans", "refit_every": 0}
+    assert model.schedule_ == {"max_epochs": 2, "pretrain_epochs": 0, "batch_size": 300, **sized}
+    assert OTClustering(2, autoencoder="mlp", **tiny).fit(rng.random((40, 5), dtype=np.float32)).schedule_ == {
+        "max_epochs": 2, "pretrain_epochs": 0, "batch_size": 300, **kmeans}  # on features, k-means as measured there
+    assert OTClustering(2)._schedule("conv") == {"max_epochs": 50, "pretrain_epochs": 10, "batch_size": 64, **kmeans}
     assert OTClustering(2, max_epochs=10)._schedule("conv") == {
-        "max_epochs": 10, "pretrain_epochs": 2, "batch_size": 64}
+        "max_epochs": 10, "pretrain_epochs": 2, "batch_size": 64, **kmeans}
     assert OTClustering(2, pretrain_epochs=1, batch_size=20)._schedule("mlp") == {
-        "max_epochs": 200, "pretrain_epochs": 1, "batch_size": 20}
+        "max_epochs": 200, "pretrain_epochs": 1, "batch_size": 20, "center_init": "constrained", "refit_every": 49}
+    assert OTClustering(2, center_init="kmeans", refit_every=0)._schedule("mlp") == {
+        "max_epochs": 200, "pretrain_epochs": 0, "batch_size": 300, **kmeans}  # set ones stay
 
 
 def test_center_init_and_refit_every_reach_the_phases_size_constrained_kmeans():
