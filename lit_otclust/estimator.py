@@ -65,7 +65,7 @@ _NOT_THE_CALLERS = (r"The '\w+_dataloader' does not have many workers",
 # The recipe that each autoencoder's None settings take (measured on images: results/estimator_images.md). The MLP,
 # trained from scratch, starts its centers from size-constrained k-means and refits them by it every quarter of the
 # epochs (digits 0.797 against 0.740, 5k MNIST 0.641 against 0.570); the pre-trained conv autoencoder keeps k-means
-# (digits 0.808 against 0.805, 5k CIFAR-10 0.223 against 0.231).
+# (digits 0.808 against 0.805, 5k CIFAR-10 0.224 against 0.231).
 _SCHEDULES = {"mlp": {"max_epochs": 200, "pretrain_epochs": 0, "batch_size": 300, "center_init": "constrained",
                       "refit_every": 50},
               "conv": {"max_epochs": 50, "pretrain_epochs": 10, "batch_size": 64, "center_init": "kmeans",
@@ -120,8 +120,8 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
             decides where the centers start; neither was better on every data set measured (RESULTS.md, "Arrays
             and features: the estimator").
         max_epochs: training epochs in all, pre-training included.
-        pretrain_epochs: reconstruction-only epochs before k-means initialises the centers and the
-            clustering loss starts (0: k-means on the untrained encoder's embedding, the paper's Algorithm 2).
+        pretrain_epochs: reconstruction-only epochs before the centers are initialised (``center_init``) and the
+            clustering loss starts (0: on the untrained encoder's embedding, the paper's Algorithm 2).
         batch_size: m, the samples of each OT problem; at most n (a smaller X trains on whole-set batches).
             None, for each of these three and the two below: the recipe measured for the autoencoder in use, for
             the MLP the MNIST configs' schedule (200 epochs, no pre-training, batch 300) with, on images, the
@@ -391,7 +391,7 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
         """The recipe for the autoencoder ``kind`` on images or features: each None setting takes the recipe's; a None
         ``pretrain_epochs`` the recipe's share of the epochs that will run, a None ``refit_every`` its share of the
         joint epochs."""
-        recipe = _SCHEDULES[kind] if images else _FEATURES_MLP
+        recipe = _FEATURES_MLP if kind == "mlp" and not images else _SCHEDULES[kind]
         schedule = {name: recipe[name] if getattr(self, name) is None else getattr(self, name) for name in recipe}
         if self.pretrain_epochs is None:
             schedule["pretrain_epochs"] = recipe["pretrain_epochs"] * schedule["max_epochs"] // recipe["max_epochs"]

@@ -599,6 +599,9 @@ def test_compare_pairs_runs_by_seed(tmp_path, capsys):
     assert f"at final vs 0: a 0.850 (3 runs), b {np.mean([0.70, 0.72, 0.95]) / 3:.3f} (3 runs)" in capsys.readouterr().out
     with pytest.raises(ValueError, match="no runs of mnist_ot with settings"):
         experiments.compare(f"{tmp_path}:mnist_ot:epsilon=1", f"{tmp_path}:mnist_ot")
+    missing = r"mnist_ot__seed=0 logged no val/ari at epoch 0 \(there: \['train/loss', 'val/acc'\]\)"
+    with pytest.raises(ValueError, match=missing):  # a key the curves lack: named, not a KeyError
+        experiments.compare(f"{tmp_path}:mnist_ot", f"{tmp_path}:mnist_soft_kmeans", key="val/ari", epoch=0)
     # A claimed difference: against 0 it is the paired test above (ttest_rel against ttest_1samp of the differences);
     # against the observed mean it cannot be rejected.
     assert experiments.compare(f"{tmp_path}:mnist_ot", f"{tmp_path}:mnist_soft_kmeans", against=0.0)["against_p"] \

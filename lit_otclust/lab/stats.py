@@ -241,6 +241,8 @@ def _value(record: dict, key: str, epoch: int | None) -> float:
     curves = record["curves"]
     if str(epoch) not in curves:
         raise ValueError(f"{record['name']} has no epoch {epoch} (it has {len(curves)} epochs)")
+    if key not in curves[str(epoch)]:
+        raise ValueError(f"{record['name']} logged no {key} at epoch {epoch} (there: {sorted(curves[str(epoch)])})")
     return curves[str(epoch)][key]
 
 
