@@ -419,7 +419,7 @@ def test_center_init_and_refit_every_reach_the_phases_size_constrained_kmeans():
     """At lr 0 (the embedding never moves) the centers end where size-constrained k-means with equal sizes (no
     proportions) puts them on the final embedding, as constrained_kmeans computes it from transform(X) with the same
     restarts and seed, when the joint phase starts from it (center_init="constrained") or refits by it
-    (refit_every=2: at the start of joint epoch 1); by default (k-means, no refit under equal sizes) they end at
+    (refit_every=2: at the start of joint epoch 1); by the MLP's default on features (k-means, no refit) they end at
     k-means' centers of blobs of 150, 90 and 60, elsewhere."""
     from sklearn.datasets import make_blobs
 
