@@ -364,6 +364,11 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
             raise ValueError(f"clustering must be 'ot', 'soft_kmeans' or a ClusteringLoss, got {self.clustering!r}")
         if self.autoencoder not in ("auto", "none", "mlp", "conv"):
             raise ValueError(f"autoencoder must be 'auto', 'none', 'mlp' or 'conv', got {self.autoencoder!r}")
+        if self.center_init not in (None, "kmeans", "constrained"):
+            raise ValueError(f"center_init must be None, 'kmeans' or 'constrained', got {self.center_init!r}")
+        refit_every = self.refit_every
+        if refit_every is not None and (not isinstance(refit_every, numbers.Integral) or refit_every < 0):
+            raise ValueError(f"refit_every must be None or an integer >= 0 (0: never), got {self.refit_every!r}")
         if self.proportions is not None:  # the path without an autoencoder builds no DeepClustering, which checks it
             check_proportions(np.asarray(self.proportions, dtype=float).tolist(), self.n_clusters, "n_clusters")
         for name in ("n_clusters", "max_epochs", "batch_size", "latent_dim"):

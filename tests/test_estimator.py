@@ -325,6 +325,10 @@ def test_settings_are_checked_in_fit_with_their_names() -> None:
         OTClustering(3, clustering="dec", **TINY).fit(X)
     with pytest.raises(ValueError, match="n_samples=30 should be >= n_clusters=40"):
         OTClustering(40, **TINY).fit(X)
+    with pytest.raises(ValueError, match="center_init must be None, 'kmeans' or 'constrained', got 'sizes'"):
+        OTClustering(3, center_init="sizes", **TINY).fit(X)
+    with pytest.raises(ValueError, match="refit_every must be None or an integer >= 0 .0: never., got 2.5"):
+        OTClustering(3, refit_every=2.5, **TINY).fit(X)
 
 
 def test_import_stays_light_and_exports_the_estimator() -> None:
