@@ -66,13 +66,13 @@ _NOT_THE_CALLERS = (r"The '\w+_dataloader' does not have many workers",
 # trained from scratch, starts its centers from size-constrained k-means and refits them by it every quarter of the
 # epochs (digits 0.797 against 0.740, 5k MNIST 0.641 against 0.570); the pre-trained conv autoencoder keeps k-means
 # (digits 0.808 against 0.805, 5k CIFAR-10 0.224 against 0.231).
-_SCHEDULES = {"mlp": {"max_epochs": 200, "pretrain_epochs": 0, "batch_size": 300, "center_init": "constrained",
+_RECIPES = {"mlp": {"max_epochs": 200, "pretrain_epochs": 0, "batch_size": 300, "center_init": "constrained",
                       "refit_every": 50},
               "conv": {"max_epochs": 50, "pretrain_epochs": 10, "batch_size": 64, "center_init": "kmeans",
                        "refit_every": 0}}
 # On (n, d) features the MLP keeps k-means and no refit, as results/estimator_blobs.md measured it: the size-constrained
 # recipe was measured on images only.
-_FEATURES_MLP = {**_SCHEDULES["mlp"], "center_init": "kmeans", "refit_every": 0}
+_FEATURES_MLP = {**_RECIPES["mlp"], "center_init": "kmeans", "refit_every": 0}
 
 
 class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, BaseEstimator):
@@ -368,7 +368,7 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
             raise ValueError(f"center_init must be None, 'kmeans' or 'constrained', got {self.center_init!r}")
         refit_every = self.refit_every
         if refit_every is not None and (not isinstance(refit_every, numbers.Integral) or refit_every < 0):
-            raise ValueError(f"refit_every must be None or an integer >= 0 (0: never), got {self.refit_every!r}")
+            raise ValueError(f"refit_every must be None or an integer >= 0 (0: never), got {refit_every!r}")
         if self.proportions is not None:  # the path without an autoencoder builds no DeepClustering, which checks it
             check_proportions(np.asarray(self.proportions, dtype=float).tolist(), self.n_clusters, "n_clusters")
         for name in ("n_clusters", "max_epochs", "batch_size", "latent_dim"):
@@ -396,7 +396,7 @@ class OTClustering(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMix
         """The recipe for the autoencoder ``kind`` on images or features: each None setting takes the recipe's; a None
         ``pretrain_epochs`` the recipe's share of the epochs that will run, a None ``refit_every`` its share of the
         joint epochs."""
-        recipe = _FEATURES_MLP if kind == "mlp" and not images else _SCHEDULES[kind]
+        recipe = _FEATURES_MLP if kind == "mlp" and not images else _RECIPES[kind]
         schedule = {name: recipe[name] if getattr(self, name) is None else getattr(self, name) for name in recipe}
         if self.pretrain_epochs is None:
             schedule["pretrain_epochs"] = recipe["pretrain_epochs"] * schedule["max_epochs"] // recipe["max_epochs"]

@@ -52,17 +52,29 @@ def stratified(y: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
     return np.concatenate([rng.choice(np.flatnonzero(y == c), n // len(classes), replace=False) for c in classes])
 
 
-def datasets() -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def _digits() -> tuple[np.ndarray, np.ndarray]:
+    digits = load_digits()
+    return (digits.images / 16).astype(np.float32), digits.target
+
+
+def _stratified_5k(name: str) -> tuple[np.ndarray, np.ndarray]:
     from torchvision.datasets import CIFAR10, MNIST
 
-    digits = load_digits()
-    mnist = MNIST(str(DATA), train=True, download=False)
-    cifar = CIFAR10(str(DATA), train=True, download=False)
-    my, cy = mnist.targets.numpy(), np.asarray(cifar.targets)
-    mi, ci = stratified(my, 5000), stratified(cy, 5000)
-    return {"digits (1,797, 8x8)": ((digits.images / 16).astype(np.float32), digits.target),
-            "MNIST 5k (28x28)": (mnist.data.numpy()[mi], my[mi]),
-            "CIFAR-10 5k (32x32x3)": (cifar.data[ci], cy[ci])}
+    data = (MNIST if name == "mnist" else CIFAR10)(str(DATA), train=True, download=False)
+    x, y = (data.data.numpy(), data.targets.numpy()) if name == "mnist" else (data.data, np.asarray(data.targets))
+    index = stratified(y, 5000)
+    return x[index], y[index]
+
+
+# Each data set's loader, in the table's order: only the sets a run asks for are read.
+DATASETS = {"digits (1,797, 8x8)": _digits,
+            "MNIST 5k (28x28)": lambda: _stratified_5k("mnist"),
+            "CIFAR-10 5k (32x32x3)": lambda: _stratified_5k("cifar10")}
+
+
+def divides_by_8(x: np.ndarray) -> bool:
+    """Whether the images' sides divide by 8: where the estimator's "auto" takes the conv autoencoder."""
+    return all(side % 8 == 0 for side in x.shape[1:3])
 
 
 KMEANS = {"center_init": "kmeans", "refit_every": 0}  # the centers from k-means, never refit (the MLP's default before)
@@ -71,18 +83,15 @@ VARIANTS = {
     "the MLP from scratch (200 epochs, batch 300)": lambda x: {"autoencoder": "mlp", "max_epochs": 200,
                                                             "pretrain_epochs": 0, "batch_size": 300, **KMEANS},
     "the folder recipe (10 + 40 epochs, batch 64, conv)": lambda x: {
-        "autoencoder": "conv" if all(s % 8 == 0 for s in x.shape[1:3]) else "mlp",
+        "autoencoder": "conv" if divides_by_8(x) else "mlp",
         "pretrain_epochs": 10, "max_epochs": 50, "batch_size": 64, **KMEANS},
     "the folder schedule on the MLP": lambda x: {"autoencoder": "mlp", "pretrain_epochs": 10, "max_epochs": 50,
                                                   "batch_size": 64, **KMEANS},
     "the default schedule, size-constrained start and refits every quarter": lambda x: {
-        **SIZED, "refit_every": 10 if all(s % 8 == 0 for s in x.shape[1:3]) else 50},
+        **SIZED, "refit_every": 10 if divides_by_8(x) else 50},
     "the MLP from scratch, size-constrained start and refits every quarter": lambda x: {
         "autoencoder": "mlp", "max_epochs": 200, "pretrain_epochs": 0, "batch_size": 300, **SIZED, "refit_every": 50},
 }
-
-
-DATA_ORDER = ["digits (1,797, 8x8)", "MNIST 5k (28x28)", "CIFAR-10 5k (32x32x3)"]  # datasets()' keys
 
 
 def table(rows: dict[tuple[str, str], str], seeds: list[int]) -> str:
@@ -91,7 +100,8 @@ def table(rows: dict[tuple[str, str], str], seeds: list[int]) -> str:
             f"{seeds[0]}-{seeds[-1]}, and seconds a fit (one thread); `python scripts/estimator_images.py`.", "",
             "| data | method | accuracy | seconds |", "|---|---|---|---|"]
     order = {method: i for i, method in enumerate(["k-means on the pixels", *VARIANTS])}
-    keys = sorted(rows, key=lambda key: (DATA_ORDER.index(key[0]), order.get(key[1], len(order))))
+    data_order = list(DATASETS)
+    keys = sorted(rows, key=lambda key: (data_order.index(key[0]), order.get(key[1], len(order))))
     return "\n".join(head + [rows[key] for key in keys]) + "\n"
 
 
@@ -110,9 +120,10 @@ def row(name: str, method: str, accs: list[float], secs: list[float]) -> str:
 def main(out: Path, seeds: list[int], only: str | None = None, data: str | None = None) -> None:
     torch.set_num_threads(1)
     rows = read_rows(out) if only or data else {}
-    for name, (x, y) in datasets().items():
+    for name, load in DATASETS.items():
         if data and data not in name:
             continue
+        x, y = load()
         if not only:
             t = time.perf_counter()
             flat = x.reshape(len(x), -1).astype(np.float32) / (255.0 if x.dtype == np.uint8 else 1.0)
