@@ -897,6 +897,23 @@ def test_a_run_another_runner_holds_is_skipped_not_run_twice(tmp_path):
     assert runner.execute(run, None) == (0, f"skip {run.name}")
 
 
+def test_a_curve_scored_every_10_epochs_is_drawn_through_its_points():
+    # A pre-training record scores k-means every 10 epochs (NaN between): drawn over the NaN gaps it showed nothing.
+    from lit_otclust.lab import reports
+
+    nan = float("nan")
+    a = [nan] * 30
+    b = [nan] * 31  # a longer run: its epoch 30 is past what every run reached
+    a[9], a[19], a[29], b[9], b[19], b[29], b[30] = 0.5, 0.6, 0.7, 0.7, nan, 0.9, 1.0
+    epochs, mean, std = reports.mean_curve([a, b])
+    assert epochs.tolist() == [9, 19, 29]
+    assert mean == pytest.approx([0.6, 0.6, 0.8]) and std == pytest.approx([np.std([0.5, 0.7]), 0.0, 0.1])
+    full = [[0.1, 0.2, 0.3], [0.3, 0.4, 0.5]]  # scored every epoch: every epoch kept, numpy's mean and std
+    epochs, mean, std = reports.mean_curve(full)
+    assert epochs.tolist() == [0, 1, 2] and mean == pytest.approx(np.mean(full, 0)) and std == pytest.approx(
+        np.std(full, 0))
+
+
 @pytest.mark.parametrize("series", [3, 40])
 def test_a_figures_legend_never_covers_its_curves(tmp_path, series):
     # A study folder draws one curve per variant (study_recipe: 33): past 8 the legend goes below the axes.

@@ -87,6 +87,17 @@ def grid_markdown(by: dict[str, dict[float, dict[int, float]]], key: str, grid_k
     return "\n".join(lines) + "\n"
 
 
+def mean_curve(runs: list[list[float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The epochs (E,) that any run scored, and the mean and std over runs (E,) there (NaN: a run not scored), over
+    the epochs every run reached. Epochs no run scored are left out, so a curve scored every 10 epochs is drawn
+    through its points, not as NaN gaps."""
+    n = min(len(y) for y in runs)
+    y = np.array([r[:n] for r in runs], dtype=float)  # (runs, n)
+    scored = ~np.isnan(y).all(0)
+    y = y[:, scored]
+    return np.flatnonzero(scored), np.nanmean(y, 0), np.nanstd(y, 0)
+
+
 def figures(out: str | Path, key: str = "val/acc", grid_key: str | None = None,
             grid_default: float | None = None) -> list[str]:
     """PNGs in ``out``: accuracy vs epoch per method (mean over seeds, band = ± std) of the runs without
@@ -110,12 +121,12 @@ def figures(out: str | Path, key: str = "val/acc", grid_key: str | None = None,
         if curves:
             fig, ax = plt.subplots(figsize=(6, 4))
             for i, (method, runs) in enumerate(sorted(curves.items())):
-                n = min(len(y) for y in runs)
-                y = np.array([r[:n] for r in runs])
-                mean, std = np.nanmean(y, 0), np.nanstd(y, 0)
-                # matplotlib cycles 10 colours: past them, a new line style keeps every curve its own.
-                ax.plot(range(n), mean, label=f"{method} ({len(runs)} runs)", linestyle=("-", "--", ":")[i // 10 % 3])
-                ax.fill_between(range(n), mean - std, mean + std, alpha=0.2)
+                epochs, mean, std = mean_curve(runs)
+                # matplotlib cycles 10 colours: past them, a new line style keeps every curve its own. A curve of
+                # few points (scored every 10 epochs, or once) gets markers, or a lone point would not show.
+                ax.plot(epochs, mean, label=f"{method} ({len(runs)} runs)", linestyle=("-", "--", ":")[i // 10 % 3],
+                        marker="o" if len(epochs) <= 40 else None, markersize=3)
+                ax.fill_between(epochs, mean - std, mean + std, alpha=0.2)
             ax.set(xlabel="epoch", ylabel=key, title=f"{ds}: {key} per epoch (mean ± std over seeds)")
             written.append(_save(fig, ax, Path(out) / f"figure1_{ds}.png"))
         if grid_key:
