@@ -898,7 +898,7 @@ def test_a_run_another_runner_holds_is_skipped_not_run_twice(tmp_path):
 
 
 def test_a_curve_scored_every_10_epochs_is_drawn_through_its_points():
-    # A pre-training record scores k-means every 10 epochs (NaN between): drawn over the NaN gaps it showed nothing.
+    # A pre-training record scores k-means every 10 epochs (NaN between): drawn with the gaps, it showed nothing.
     from lit_otclust.lab import reports
 
     nan = float("nan")
