@@ -67,9 +67,9 @@ _NOT_THE_CALLERS = (r"The '\w+_dataloader' does not have many workers",
 # epochs (digits 0.797 against 0.740, 5k MNIST 0.641 against 0.570); the pre-trained conv autoencoder keeps k-means
 # (digits 0.808 against 0.805, 5k CIFAR-10 0.224 against 0.231).
 _RECIPES = {"mlp": {"max_epochs": 200, "pretrain_epochs": 0, "batch_size": 300, "center_init": "constrained",
-                      "refit_every": 50},
-              "conv": {"max_epochs": 50, "pretrain_epochs": 10, "batch_size": 64, "center_init": "kmeans",
-                       "refit_every": 0}}
+                    "refit_every": 50},
+            "conv": {"max_epochs": 50, "pretrain_epochs": 10, "batch_size": 64, "center_init": "kmeans",
+                     "refit_every": 0}}
 # On (n, d) features the MLP keeps k-means and no refit, as results/estimator_blobs.md measured it: the size-constrained
 # recipe was measured on images only.
 _FEATURES_MLP = {**_RECIPES["mlp"], "center_init": "kmeans", "refit_every": 0}
