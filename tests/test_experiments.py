@@ -33,11 +33,13 @@ REPO = Path(__file__).resolve().parents[1]
 STUDIES = REPO / "configs" / "studies"
 MNIST_OT = str(REPO / "configs" / "mnist_ot.yaml")
 # The MNIST configs' lambda and training solve before they shipped lambda = 0.1 and the fixed solve; and no refit of
-# the centers, before the refit at the last joint epoch became the default under a non-uniform w.
-PINNED = {"--model.clustering_weight": "0.003333", "--model.sinkhorn_solver": "solve", "--phases.refit_epochs": "[]"}
+# the centers, before the refit at the last joint epoch became the default under a non-uniform w; and k-means at the
+# switch, before size-constrained k-means became the default start there.
+PINNED = {"--model.clustering_weight": "0.003333", "--model.sinkhorn_solver": "solve", "--phases.refit_epochs": "[]",
+          "--phases.center_init": "kmeans"}
 # The same, as the study builds them today (translate).
 PINNED_NOW = {"--model.clustering_weight": "0.003333", "--model.loss.init_args.solver": "solve",
-              "--phases.refit_epochs": "[]"}
+              "--phases.refit_epochs": "[]", "--phases.center_init": "kmeans"}
 # The flags every fit command gives, before the study's overrides.
 STANDARD = {"--config", "--seed_everything", "--trainer.default_root_dir", "--trainer.enable_progress_bar",
             "--trainer.enable_model_summary", "--ckpt_path"}

@@ -121,8 +121,10 @@ def _ranked_alike(sizes: torch.Tensor, w: torch.Tensor) -> bool:
 
 def test_phase_switch_matches_the_kmeans_sizes_to_the_proportions_on_imbalanced_mnist(data_dir) -> None:
     w = geometric_proportions(10, 10.0)
-    switch = _Recording(pretrain_epochs=0, kmeans_n_init=2, seed=0, match_proportions="sizes",
-                        refit_epochs=[])  # the switch's centers, not the last epoch's refit
+    # k-means' start (under a non-uniform w the default is size-constrained k-means'), the switch's centers, not
+    # the last epoch's refit
+    switch = _Recording(pretrain_epochs=0, kmeans_n_init=2, seed=0, match_proportions="sizes", center_init="kmeans",
+                        refit_epochs=[])
     _fit(data_dir, switch, w, subset=400, class_proportions=w)
     sizes = torch.bincount(torch.cdist(switch.z, switch.centers).argmin(1), minlength=10)
     assert _ranked_alike(sizes, torch.tensor(w))

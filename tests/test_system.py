@@ -539,16 +539,39 @@ def _fit_at_lr_0(data_dir: Path, switch: PhaseSwitch, w: list[float],
         return module, module.embed(dm.fit_set.x), trainer
 
 
-def test_center_init_constrained_puts_each_share_where_constrained_kmeans_does(data_dir):
-    """center_init="constrained": at the switch mu is size-constrained k-means of the pre-trained embedding with the
-    model's proportions, center k carrying w_k, as constrained_kmeans computes it on that embedding (lr 0: the
-    embedding the switch saw); its nearest-center sizes follow w's order."""
+@pytest.mark.parametrize("center_init", ["constrained", None])
+def test_center_init_constrained_puts_each_share_where_constrained_kmeans_does(data_dir, center_init):
+    """center_init="constrained", and the default under a non-uniform w: at the switch mu is size-constrained k-means
+    of the pre-trained embedding with the model's proportions, center k carrying w_k, as constrained_kmeans computes
+    it on that embedding (lr 0: the embedding the switch saw); its nearest-center sizes follow w's order. No refit
+    (refit_epochs=[]), so the centers are the switch's."""
     w = [0.4, 0.1, 0.3, 0.2]
-    switch = PhaseSwitch(pretrain_epochs=1, kmeans_n_init=4, seed=3, center_init="constrained")
+    switch = PhaseSwitch(pretrain_epochs=1, kmeans_n_init=4, seed=3, center_init=center_init, refit_epochs=[])
     module, z, _ = _fit_at_lr_0(data_dir, switch, w, max_epochs=2)
     centers, g, labels = constrained_kmeans(z, torch.tensor(w), n_init=4, seed=3)
     torch.testing.assert_close(module.centers.detach(), centers, rtol=0, atol=1e-6)
     np.testing.assert_array_equal(np.bincount(labels.numpy(), minlength=4), np.round(np.array(w) * 400).astype(int))
+    assert not torch.allclose(centers, kmeans(z, 4, 4, 3), atol=1e-3)  # k-means' start would be another
+
+
+def test_center_init_defaults_to_kmeans_where_w_is_uniform_or_unconstrained(data_dir):
+    """The default under a uniform w, and under a w that the loss does not constrain (soft k-means): k-means of the
+    pre-trained embedding (sklearn's, the same restarts and seed), ordered by size."""
+    for loss, w in ((OTLoss(solver="solve"), [0.25] * 4), (SoftKMeans(), [0.4, 0.1, 0.3, 0.2])):
+        L.seed_everything(0)
+        dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", classes=[0, 1, 2, 3],
+                             subset=400, batch_size=100)
+        module = DeepClustering(MLPAutoencoder(), num_clusters=4, loss=loss, proportions=w,
+                                optimizer=partial(adam, lr=0.0))
+        trainer = L.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                            enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
+                            callbacks=[PhaseSwitch(pretrain_epochs=1, kmeans_n_init=4, seed=3)])
+        trainer.fit(module, datamodule=dm)
+        with torch.no_grad():
+            z = module.embed(dm.fit_set.x).double().numpy()
+        km = KMeans(4, n_init=4, random_state=3).fit(z)
+        np.testing.assert_allclose(np.sort(module.centers.detach().double().numpy(), 0),
+                                   np.sort(km.cluster_centers_, 0), atol=1e-4)
 
 
 def test_refit_epochs_fit_the_centers_again_by_size_constrained_kmeans_once(data_dir):
