@@ -116,6 +116,11 @@ def _paired(c: dict[str, Any]) -> str:
     return f"{c['paired_diff']:+.3f} ± {c['paired_sd']:.3f} | {c['paired_p']:.3g}"
 
 
+def _style(i: int) -> dict[str, str]:
+    """Method i's colour and marker: the 10 default colours, then again with another marker, so no two share both."""
+    return {"color": f"C{i % 10}", "marker": "osD^v"[i // 10 % 5]}
+
+
 def _figure(sets: dict, methods: list[str], acc: dict, size_error: dict, side: list[str], path: Path) -> None:
     """(a) accuracy against largest/smallest, a line per method, over the sets not in ``side``; (b) the ``side``
     sets, a point per method; with ``size_error``, a second row of the same for the size error."""
@@ -135,14 +140,14 @@ def _figure(sets: dict, methods: list[str], acc: dict, size_error: dict, side: l
             if pts:
                 x = np.array([p[0] for p in pts]) * (1 + 0.02 * (i - 2.5))  # an offset so error bars do not overlap
                 left.errorbar(x, [a.mean() for _, a in pts], yerr=[a.std(ddof=1) if len(a) > 1 else 0 for _, a in pts],
-                              marker="o", capsize=3, label=method, color=f"C{i}")
+                              capsize=3, label=method, **_style(i))
         shown = [m for m in methods if any((n, m) in values for n in side)]  # (b) names only what ran there
         for j, method in enumerate(shown):
             for n in side:
                 if (n, method) in values:
                     a = values[n, method]
-                    right.errorbar([j], [a.mean()], yerr=[a.std(ddof=1) if len(a) > 1 else 0], marker="o", capsize=3,
-                                   color=f"C{methods.index(method)}")
+                    right.errorbar([j], [a.mean()], yerr=[a.std(ddof=1) if len(a) > 1 else 0], capsize=3,
+                                   **_style(methods.index(method)))
                     right.scatter(np.full(len(a), j), a, s=8, color="gray", alpha=0.6)
         left.set_xscale("log")
         left.set_xticks(ratios, [f"{r:g}" for r in ratios])
