@@ -51,10 +51,10 @@ class PhaseSwitch(L.Callback):
             (:func:`lit_otclust.clustering.constrained_kmeans`), center k carrying w_k. Evaluation while pre-training
             still scores k-means centers; without a loss every evaluation scores size-constrained k-means (the
             AE + size-constrained k-means baseline). Default (None): ``"constrained"`` where the loss constrains
-            the sizes to a non-uniform w, ``"kmeans"`` otherwise. Why: at a ratio of 10 the joint phase from the
-            partition that already has w's sizes ends higher than from k-means matched by size, and on digits 1
-            and 2 at 20% / 80% k-means' clusters are no pair of classes at all (RESULTS.md, "Known cluster
-            proportions").
+            the sizes to a non-uniform w, ``"kmeans"`` otherwise. Why: k-means matched to w by size puts shares on
+            the wrong centers (at a ratio of 10 the joint phase from the sized start ends +0.039 higher over 10
+            seeds; on digits 1 and 2 at 20% / 80% k-means' start is a split of the 2s on every seed; RESULTS.md,
+            "Known cluster proportions").
         refit_epochs: joint epochs (0: the first after the switch) at whose start the centers are fit again to the
             current embedding by the ``"constrained"`` initialisation and their Adam state is dropped (the loss's
             potentials follow over the epoch's batches). Default (None): the last joint epoch where the loss

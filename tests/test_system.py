@@ -556,7 +556,7 @@ def test_center_init_constrained_puts_each_share_where_constrained_kmeans_does(d
 
 def test_center_init_defaults_to_kmeans_where_w_is_uniform_or_unconstrained(data_dir):
     """The default under a uniform w, and under a w that the loss does not constrain (soft k-means): k-means of the
-    pre-trained embedding (sklearn's, the same restarts and seed), ordered by size."""
+    pre-trained embedding (sklearn's, the same restarts and seed)."""
     for loss, w in ((OTLoss(solver="solve"), [0.25] * 4), (SoftKMeans(), [0.4, 0.1, 0.3, 0.2])):
         L.seed_everything(0)
         dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", classes=[0, 1, 2, 3],
