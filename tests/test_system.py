@@ -14,7 +14,7 @@ from sklearn.cluster import KMeans
 from lit_otclust.clustering import constrained_kmeans, kmeans
 from lit_otclust.data import MNISTDataModule
 from lit_otclust.models import ConvAutoencoder, MLPAutoencoder
-from lit_otclust.losses import OTLoss, SoftKMeans, ot_clustering_loss, soft_kmeans_loss
+from lit_otclust.losses import ClusteringLoss, OTLoss, SoftKMeans, ot_clustering_loss, soft_kmeans_loss
 from lit_otclust.phases import PhaseSwitch
 from lit_otclust.system import DeepClustering, adam
 
@@ -523,14 +523,15 @@ def test_center_init_uniform_draws_dkm_centers_at_the_switch_whatever_the_embedd
         PhaseSwitch(center_init="random")
 
 
-def _fit_at_lr_0(data_dir: Path, switch: PhaseSwitch, w: list[float],
-                 max_epochs: int) -> tuple[DeepClustering, torch.Tensor, L.Trainer]:
+def _fit_at_lr_0(data_dir: Path, switch: PhaseSwitch, w: list[float], max_epochs: int,
+                 loss: ClusteringLoss | None = None) -> tuple[DeepClustering, torch.Tensor, L.Trainer]:
     """A fit under w of 400 images of digits 0-3 at learning rate 0, seeded, so the final embedding is the one the
-    switch and every refit saw: the module, that embedding (400, p) and the trainer."""
+    switch and every refit saw: the module, that embedding (400, p) and the trainer. The loss: OT solved to
+    tolerance unless given."""
     L.seed_everything(0)
     dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", classes=[0, 1, 2, 3], subset=400,
                          batch_size=100)
-    module = DeepClustering(MLPAutoencoder(), num_clusters=4, loss=OTLoss(solver="solve"), proportions=w,
+    module = DeepClustering(MLPAutoencoder(), num_clusters=4, loss=loss or OTLoss(solver="solve"), proportions=w,
                             optimizer=partial(adam, lr=0.0))
     trainer = L.Trainer(max_epochs=max_epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0, callbacks=[switch])
@@ -558,18 +559,9 @@ def test_center_init_defaults_to_kmeans_where_w_is_uniform_or_unconstrained(data
     """The default under a uniform w, and under a w that the loss does not constrain (soft k-means): k-means of the
     pre-trained embedding (sklearn's, the same restarts and seed)."""
     for loss, w in ((OTLoss(solver="solve"), [0.25] * 4), (SoftKMeans(), [0.4, 0.1, 0.3, 0.2])):
-        L.seed_everything(0)
-        dm = MNISTDataModule(data_dir=str(data_dir), download=False, fit_split="train", classes=[0, 1, 2, 3],
-                             subset=400, batch_size=100)
-        module = DeepClustering(MLPAutoencoder(), num_clusters=4, loss=loss, proportions=w,
-                                optimizer=partial(adam, lr=0.0))
-        trainer = L.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                            enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
-                            callbacks=[PhaseSwitch(pretrain_epochs=1, kmeans_n_init=4, seed=3)])
-        trainer.fit(module, datamodule=dm)
-        with torch.no_grad():
-            z = module.embed(dm.fit_set.x).double().numpy()
-        km = KMeans(4, n_init=4, random_state=3).fit(z)
+        switch = PhaseSwitch(pretrain_epochs=1, kmeans_n_init=4, seed=3)
+        module, z, _ = _fit_at_lr_0(data_dir, switch, w, max_epochs=2, loss=loss)
+        km = KMeans(4, n_init=4, random_state=3).fit(z.double().numpy())
         np.testing.assert_allclose(np.sort(module.centers.detach().double().numpy(), 0),
                                    np.sort(km.cluster_centers_, 0), atol=1e-4)
 
