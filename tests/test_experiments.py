@@ -599,6 +599,15 @@ def test_compare_pairs_runs_by_seed(tmp_path, capsys):
     assert experiments.main(["compare", "--a", f"{tmp_path}:mnist_ot", "--b", f"{tmp_path}:mnist_soft_kmeans",
                              "--epoch_b", "0"]) == 0
     assert f"at final vs 0: a 0.850 (3 runs), b {np.mean([0.70, 0.72, 0.95]) / 3:.3f} (3 runs)" in capsys.readouterr().out
+    # Each run at its lowest epoch (here the first, a third of the final): the worst a run passed through.
+    lowest = experiments.compare(f"{tmp_path}:mnist_ot", f"{tmp_path}:mnist_soft_kmeans", epoch="lowest", epoch_b=2)
+    assert lowest["paired_diff"] == pytest.approx(np.mean([0.80 / 3 - 0.70, 0.85 / 3 - 0.72, 0.90 / 3 - 0.95]))
+    assert experiments.main(["compare", "--a", f"{tmp_path}:mnist_ot", "--b", f"{tmp_path}:mnist_soft_kmeans",
+                             "--epoch", "lowest"]) == 0
+    assert "at epoch lowest: a 0.283 (3 runs)" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        experiments.main(["compare", "--a", f"{tmp_path}:mnist_ot", "--b", f"{tmp_path}:mnist_ot", "--epoch", "worst"])
+    assert "or 'lowest', got 'worst'" in capsys.readouterr().err
     with pytest.raises(ValueError, match="no runs of mnist_ot with settings"):
         experiments.compare(f"{tmp_path}:mnist_ot:epsilon=1", f"{tmp_path}:mnist_ot")
     missing = r"mnist_ot__seed=0 logged no val/ari at epoch 0 \(there: \['train/loss', 'val/acc'\]\)"

@@ -39,6 +39,16 @@ from lit_otclust.lab.studies import CURVE_KEYS, Study, dry_run, load_study  # no
 from lit_otclust.runfiles import read_confusions, read_curves  # noqa: F401
 
 
+def _epoch(value: str) -> int | str:
+    """``--epoch``'s value: an epoch of the curves, or ``lowest``."""
+    if value == "lowest":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"an epoch (an integer) or 'lowest', got {value!r}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lit_otclust.experiments", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -76,9 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--a", required=True, metavar="DIR:CONFIG[:key=value,...]")
     p.add_argument("--b", required=True, metavar="DIR:CONFIG[:key=value,...]")
     p.add_argument("--key", default="val/acc")
-    p.add_argument("--epoch", type=int, default=None)
+    p.add_argument("--epoch", type=_epoch, default=None, help="an epoch of the curves, or lowest (each run's lowest)")
     p.add_argument("--key_b", default=None)
-    p.add_argument("--epoch_b", type=int, default=None, help="b's epoch, if not --epoch")
+    p.add_argument("--epoch_b", type=_epoch, default=None, help="b's epoch, if not --epoch")
     p.add_argument("--against", type=float, default=None, help="a claimed difference to test (e.g. the paper's)")
     p.add_argument("--seeds", default=None, help="only these seeds, e.g. 5-9 (the ones not used to choose a setting)")
     p = sub.add_parser("claims", help="the paper's p-values recomputed from its Table 1, beside ours paired by seed")

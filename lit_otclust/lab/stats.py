@@ -234,11 +234,17 @@ def select(spec: str) -> list[dict]:
     return runs
 
 
-def _value(record: dict, key: str, epoch: int | None) -> float:
-    """``key`` at the end of the run, or at ``epoch`` of its curves (a shorter proxy of a longer run)."""
+def _value(record: dict, key: str, epoch: int | str | None) -> float:
+    """``key`` at the end of the run, at ``epoch`` of its curves (a shorter proxy of a longer run), or at its lowest
+    epoch (``"lowest"``: the worst the run passed through, e.g. whether a phase ever fell below its start)."""
     if epoch is None:
         return record["final"][key]
     curves = record["curves"]
+    if epoch == "lowest":
+        values = [row[key] for row in curves.values() if key in row]
+        if not values:
+            raise ValueError(f"{record['name']} logged no {key} in its curves")
+        return min(values)
     if str(epoch) not in curves:
         raise ValueError(f"{record['name']} has no epoch {epoch} (it has {len(curves)} epochs)")
     if key not in curves[str(epoch)]:
@@ -256,15 +262,16 @@ def paired_power(delta: float, sd: float, n: int, alpha: float = 0.05) -> float:
     return float(stats.nct.sf(crit, df, nc) + stats.nct.sf(crit, df, -nc))
 
 
-def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_b: str | None = None,
+def compare(a: str, b: str, key: str = "val/acc", epoch: int | str | None = None, key_b: str | None = None,
             against: float | None = None, quiet: bool = False, seeds: Any = None,
-            epoch_b: int | None = None) -> dict[str, float]:
+            epoch_b: int | str | None = None) -> dict[str, float]:
     """Effect of a over b, paired by seed: mean difference ± its std, its 95% confidence interval (t), the
     paired t-test and Welch p-values.
 
     Args:
         a, b: ``DIR:CONFIG[:key=value,...]``, e.g. ``results/study_recipe:mnist_ot:reg_m_start=0.01``.
-        key: the metric. epoch: compare at this epoch of the curves instead of the last one.
+        key: the metric. epoch: compare at this epoch of the curves instead of the last one; ``"lowest"``: at each
+            run's lowest epoch.
         key_b: b's metric, if not ``key`` (e.g. two assignment rules of the same runs).
         epoch_b: b's epoch, if not ``epoch`` (e.g. AE + k-means at the end of two pre-trainings of different
             lengths, each the last epoch before its switch).
@@ -311,8 +318,9 @@ def compare(a: str, b: str, key: str = "val/acc", epoch: int | None = None, key_
     return out
 
 
-def _at(epoch: int | None, epoch_b: int | None) -> str:
-    """Where a comparison reads its runs: "final", "epoch 49", or "epoch 299 vs 49" when b's epoch differs."""
+def _at(epoch: int | str | None, epoch_b: int | str | None) -> str:
+    """Where a comparison reads its runs: "final", "epoch 49", "epoch lowest", or "epoch 299 vs 49" when b's epoch
+    differs."""
     at = "final" if epoch is None else f"epoch {epoch}"
     return at if epoch_b in (None, epoch) else f"{at} vs {epoch_b}"
 
