@@ -10,7 +10,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
-from lit_otclust.clustering import constrained_kmeans, constrained_lloyd, embed_samples, kmeans, match_sizes
+from lit_otclust.clustering import constrained_kmeans, embed_samples, kmeans, match_sizes
 from lit_otclust.data import eval_batch_size
 from lit_otclust.sinkhorn import squared_distances
 
@@ -64,10 +64,6 @@ class PhaseSwitch(L.Callback):
             2 refit_every - 1, ... up to trainer.max_epochs; 0: none): with 100 joint epochs, 25 adds [24, 49, 74,
             99]. Why: each refit gives the loss the size-constrained partition of the current embedding to train
             towards, so training with w shapes the embedding (RESULTS.md, "When does the joint phase help?").
-        refit_from: where each refit starts. ``"restarts"`` (default): size-constrained k-means from ``kmeans_n_init``
-            k-means++ restarts, the least transport cost kept, as ``center_init="constrained"``. ``"centers"``: its
-            Lloyd iterations from the current centers (:func:`lit_otclust.clustering.constrained_lloyd`), so the
-            refit keeps the partition the training reached and only brings its sizes to w.
         warmup_steps: optimizer steps over which the joint phase's learning rates ramp linearly from 1/warmup_steps
             of their value up to it (0: none). Why: the switch restarts the optimisation, and a restarted Adam's first
             steps move every weight by about the learning rate whatever its gradient (its second moments start at
@@ -79,8 +75,7 @@ class PhaseSwitch(L.Callback):
                  match_proportions: Literal["none", "sizes"] = "sizes",
                  kmeans_at: Literal["switch", "start"] = "switch",
                  center_init: Literal["kmeans", "uniform", "constrained"] | None = None,
-                 refit_epochs: list[int] | None = None, refit_every: int = 0,
-                 refit_from: Literal["restarts", "centers"] = "restarts", warmup_steps: int = 0) -> None:
+                 refit_epochs: list[int] | None = None, refit_every: int = 0, warmup_steps: int = 0) -> None:
         if pretrain_epochs < 0:
             raise ValueError(f"pretrain_epochs must be >= 0, got {pretrain_epochs}")
         if kmeans_n_init < 1:
@@ -98,8 +93,6 @@ class PhaseSwitch(L.Callback):
             raise ValueError(f"phases.refit_epochs counts joint epochs from 0, got {refit_epochs}")
         if refit_every < 0:
             raise ValueError(f"phases.refit_every must be >= 0 (0: no periodic refit), got {refit_every}")
-        if refit_from not in ("restarts", "centers"):
-            raise ValueError(f"phases.refit_from must be 'restarts' or 'centers', got {refit_from!r}")
         self.pretrain_epochs = pretrain_epochs
         self.kmeans_n_init = kmeans_n_init
         self.seed = seed
@@ -108,7 +101,6 @@ class PhaseSwitch(L.Callback):
         self.center_init = center_init
         self.refit_epochs = None if refit_epochs is None else sorted(set(refit_epochs))
         self.refit_every = refit_every
-        self.refit_from = refit_from
         self.refitted: list[int] = []  # epochs whose refit is done: a run resumed mid-epoch does not refit again
         self.phase = "pretrain"
         self.switch_epoch: int | None = None
@@ -180,7 +172,7 @@ class PhaseSwitch(L.Callback):
         epoch = trainer.current_epoch
         if (self.phase == "joint" and self.switch_epoch is not None and epoch not in self.refitted
                 and epoch - self.switch_epoch in self.refits(trainer, pl_module)):
-            self.init_centers(trainer, pl_module, "constrained" if self.refit_from == "restarts" else "lloyd")
+            self.init_centers(trainer, pl_module, "constrained")
             for opt in trainer.optimizers:
                 opt.state.pop(pl_module.centers, None)
             self.refitted.append(epoch)
@@ -244,10 +236,10 @@ class PhaseSwitch(L.Callback):
 
     @torch.no_grad()
     def init_centers(self, trainer: L.Trainer, pl_module: L.LightningModule,
-                     method: Literal["kmeans", "uniform", "constrained", "lloyd"] | None = None) -> None:
+                     method: Literal["kmeans", "uniform", "constrained"] | None = None) -> None:
         """mu <- k-means on the embeddings of all fitted samples (every rank embeds them all), or uniform draws
-        (``method``, default ``center_init``; ``"lloyd"``: size-constrained Lloyd from the current mu), in the order
-        ``match_proportions`` gives; rank 0 computes them and broadcasts, so every rank has the same."""
+        (``method``, default ``center_init``), in the order ``match_proportions`` gives; rank 0 computes them
+        and broadcasts, so every rank has the same."""
         was_training = pl_module.training
         pl_module.eval()
         x = trainer.datamodule.fit_set.x  # (N, *input_shape): the fitted samples, in memory
@@ -260,12 +252,10 @@ class PhaseSwitch(L.Callback):
                 centers = 2 * torch.rand(K, p, generator=torch.Generator().manual_seed(self.seed)) - 1  # (K, p), CPU
             elif method == "constrained":  # center k carries w_k already: no reordering
                 centers, _, _ = constrained_kmeans(z, pl_module.proportions, self.kmeans_n_init, self.seed)
-            elif method == "lloyd":  # from mu, whose center k carries w_k
-                _, centers, _ = constrained_lloyd(z, pl_module.proportions, pl_module.centers.detach())
             else:
                 centers = kmeans(z, K, self.kmeans_n_init, self.seed)  # (K, p), CPU
             centers = centers.to(z.dtype)  # float32 either way; z has the module's dtype (float64 at precision 64)
-            if method not in ("constrained", "lloyd"):
+            if method != "constrained":
                 centers = centers[self.center_order(z.cpu(), centers, pl_module.proportions.cpu())]
             centers = centers.to(pl_module.centers)
         else:

@@ -40,7 +40,7 @@ ENV = "LIT_OTCLUST_PRETRAINED"
 # Settings that act from the switch on, or not on training at all (dotted paths into the resolved config).
 _NOT_PRETRAINING = ("config", "ckpt_path", "pretrain_cache", "wandb", "figures", "model.loss", "model.proportions",
                     "model.clustering_weight", "model.assignment", "phases.refit_epochs", "phases.refit_every",
-                    "phases.refit_from", "phases.warmup_steps", "trainer.max_epochs", "trainer.default_root_dir",
+                    "phases.warmup_steps", "trainer.max_epochs", "trainer.default_root_dir",
                     "trainer.enable_progress_bar", "trainer.enable_model_summary", "trainer.logger",
                     "data.init_args.download")
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from sklearn.cluster import KMeans
 
-from lit_otclust.clustering import assign, constrained_kmeans, constrained_lloyd, kmeans
+from lit_otclust.clustering import constrained_kmeans, kmeans
 from lit_otclust.data import MNISTDataModule
 from lit_otclust.models import ConvAutoencoder, MLPAutoencoder
 from lit_otclust.losses import ClusteringLoss, OTLoss, SoftKMeans, ot_clustering_loss, soft_kmeans_loss
@@ -589,28 +589,6 @@ def test_refit_epochs_fit_the_centers_again_by_size_constrained_kmeans_once(data
     soft = DeepClustering(MLPAutoencoder(), num_clusters=4, loss=SoftKMeans(), proportions=w)
     assert default.refits(trainer, module) == [1] and never.refits(trainer, module) == []
     assert default.refits(trainer, uniform) == [] and default.refits(trainer, soft) == []
-
-
-def test_refit_from_centers_runs_size_constrained_lloyd_from_the_centers_before_it(data_dir):
-    """refit_from="centers": the refit at the start of joint epoch 1 is constrained_lloyd from the centers the first
-    joint epoch left (lr 0: the switch's k-means and that embedding), not the restarts' least-cost partition; its
-    nearest-center sizes follow w. A bad value is refused with its name."""
-    w = [0.4, 0.1, 0.3, 0.2]
-    before = PhaseSwitch(pretrain_epochs=1, kmeans_n_init=4, seed=3, center_init="kmeans", refit_epochs=[])
-    module, z, _ = _fit_at_lr_0(data_dir, before, w, max_epochs=2)
-    _, expected, _ = constrained_lloyd(z, torch.tensor(w), module.centers.detach())
-    switch = PhaseSwitch(pretrain_epochs=1, kmeans_n_init=4, seed=3, center_init="kmeans", refit_epochs=[1],
-                         refit_from="centers")
-    module, z_refit, _ = _fit_at_lr_0(data_dir, switch, w, max_epochs=3)
-    torch.testing.assert_close(z_refit, z)
-    torch.testing.assert_close(module.centers.detach(), expected, rtol=0, atol=1e-6)
-    assert switch.refitted == [2]
-    restarts, _, _ = constrained_kmeans(z, torch.tensor(w), n_init=4, seed=3)
-    assert not torch.allclose(expected, restarts, atol=1e-3)  # the restarts would give another
-    sizes = np.bincount(assign(z, module.centers.detach()).numpy(), minlength=4) / len(z)
-    assert np.argsort(sizes).tolist() == np.argsort(w).tolist()
-    with pytest.raises(ValueError, match="refit_from"):
-        PhaseSwitch(refit_from="kmeans")
 
 
 def test_refit_every_adds_the_periodic_refits_to_refit_epochs_and_to_the_default(data_dir):
